@@ -1,0 +1,1 @@
+"""Generation: the JAX engine, the SGLang-compatible server and clients."""

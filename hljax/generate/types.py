@@ -1,0 +1,84 @@
+"""The one generation interface the rest of hljax sees.
+
+`LocalGenerator` (in-process JAX engine) and `SGLangGenerator` (HTTP) implement `Generator`.
+Field names follow SGLang's `sampling_params` so a request maps onto its API one to one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal, Mapping, Protocol, Sequence
+
+Message = Mapping[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
+FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling knobs, SGLang's names and conventions."""
+
+    max_new_tokens: int = 256
+    temperature: float = 1.0  # 0 means greedy.
+    top_p: float = 1.0
+    top_k: int = -1  # -1 disables top-k, as in SGLang.
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None  # Same seed, same prompt, same weights -> same tokens.
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
+
+    def to_sglang(self) -> dict:
+        """The `sampling_params` dict of SGLang's `/generate`."""
+        out = {
+            "max_new_tokens": self.max_new_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "stop": list(self.stop),
+            "stop_token_ids": list(self.stop_token_ids),
+        }
+        if self.seed is not None:
+            out["sampling_seed"] = self.seed
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Completion:
+    """One sampled continuation of one prompt."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...] | None  # Of the sampled tokens, log_softmax(logits / T); None if not asked.
+    finish_reason: FinishReason
+    prompt_tokens: int
+    weight_version: str
+
+
+class Generator(Protocol):
+    """What produces proposer rollouts and solver answers."""
+
+    def generate(
+        self, prompts: Sequence[str], sampling: SamplingParams, *, n: int = 1, return_logprobs: bool = False
+    ) -> list[list[Completion]]:
+        """Raw-text prompts -> `n` completions per prompt, in prompt order."""
+        ...
+
+    def chat(
+        self,
+        conversations: Sequence[Sequence[Message]],
+        sampling: SamplingParams,
+        *,
+        n: int = 1,
+        return_logprobs: bool = False,
+        enable_thinking: bool = False,
+    ) -> list[list[Completion]]:
+        """Conversations rendered with the model's chat template -> `n` completions each."""
+        ...
