@@ -17,6 +17,7 @@ INSTALL_REQUIRES = [
     "numpy>=2.0",
     "tqdm>=4.66",
     "absl-py>=2.1",
+    "pyseccomp>=0.1.2",  # seccomp filters in sandbox job processes
 ]
 
 EXTRAS = {
