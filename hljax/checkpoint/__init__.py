@@ -1,0 +1,1 @@
+"""Checkpoint I/O: HF safetensors and orbax train state."""

@@ -1,0 +1,211 @@
+"""Dense Qwen3 decoder (Qwen3-0.6B/4B/8B...) in Flax NNX.
+
+Shapes: B batch, T query length, S key length, D hidden, N query heads, K kv heads,
+G = N // K query heads per kv head, H head dim, F mlp width, V vocab.
+Every parameter carries logical axis names (see `hljax.sharding`).
+"""
+
+from __future__ import annotations
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from flax import nnx
+import numpy as np
+
+from hljax import sharding as shd
+from hljax.models.config import ModelConfig
+from hljax.models.rope import apply_rope, cos_sin, inv_frequencies
+
+# Finite so fully masked rows (left padding) give a uniform softmax instead of NaN.
+_MASKED = -1e30
+
+
+def _param(rngs: nnx.Rngs, init, shape: tuple[int, ...], names: tuple[str | None, ...], dtype) -> nnx.Param:
+    return nnx.Param(nnx.with_partitioning(init, names)(rngs.params(), shape, dtype))
+
+
+_normal = nnx.initializers.normal(0.02)
+_ones = nnx.initializers.ones
+_zeros = nnx.initializers.zeros
+
+
+@flax.struct.dataclass
+class LayerCache:
+    """Static KV cache of one layer; slot s holds the key/value written at cache position s."""
+
+    k: jax.Array  # [B, S, K, H]
+    v: jax.Array  # [B, S, K, H]
+
+
+def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> list[LayerCache]:
+    shape = (batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+    dtype = dtype or cfg.dtype
+    return [LayerCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(cfg.num_layers)]
+
+
+class RMSNorm(nnx.Module):
+    def __init__(self, dim: int, eps: float, *, names: tuple[str | None, ...], param_dtype, rngs: nnx.Rngs):
+        self.scale = _param(rngs, _ones, (dim,), names, param_dtype)
+        self.eps = eps
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        # Normalise in fp32 whatever the compute dtype, as HF does.
+        x32 = x.astype(jnp.float32)
+        y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return self.scale[...].astype(x.dtype) * y.astype(x.dtype)
+
+
+class Attention(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        D, N, K, H, pd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.param_dtype
+        self.q_proj = _param(rngs, _normal, (D, N, H), (shd.EMBED, shd.HEADS, shd.HEAD_DIM), pd)
+        self.k_proj = _param(rngs, _normal, (D, K, H), (shd.EMBED, shd.KV_HEADS, shd.HEAD_DIM), pd)
+        self.v_proj = _param(rngs, _normal, (D, K, H), (shd.EMBED, shd.KV_HEADS, shd.HEAD_DIM), pd)
+        self.o_proj = _param(rngs, _normal, (N, H, D), (shd.HEADS, shd.HEAD_DIM, shd.EMBED), pd)
+        if cfg.attention_bias:
+            self.q_bias = _param(rngs, _zeros, (N, H), (shd.HEADS, shd.HEAD_DIM), pd)
+            self.k_bias = _param(rngs, _zeros, (K, H), (shd.KV_HEADS, shd.HEAD_DIM), pd)
+            self.v_bias = _param(rngs, _zeros, (K, H), (shd.KV_HEADS, shd.HEAD_DIM), pd)
+            self.o_bias = _param(rngs, _zeros, (D,), (shd.EMBED,), pd)
+        self.q_norm = RMSNorm(H, cfg.rms_norm_eps, names=(shd.HEAD_DIM,), param_dtype=pd, rngs=rngs)
+        self.k_norm = RMSNorm(H, cfg.rms_norm_eps, names=(shd.HEAD_DIM,), param_dtype=pd, rngs=rngs)
+        self.cfg = cfg
+
+    def _proj(self, x, name, eq):
+        y = jnp.einsum(eq, x, getattr(self, name)[...].astype(x.dtype))
+        if self.cfg.attention_bias:
+            y = y + getattr(self, name.replace("proj", "bias"))[...].astype(x.dtype)
+        return y
+
+    def __call__(self, x, cos, sin, mask, cache: LayerCache | None, cache_index):
+        """x: [B, T, D]; cos, sin: [B, T, H]; mask: [B, T, S] bool -> ([B, T, D], cache)."""
+        cfg = self.cfg
+        B, T, _ = x.shape
+        act_heads = (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_HEADS, shd.ACT_HEAD_DIM)
+        act_kv = (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_KV_HEADS, shd.ACT_HEAD_DIM)
+        q = shd.constrain(self.q_norm(self._proj(x, "q_proj", "BTD,DNH->BTNH")), act_heads)
+        k = shd.constrain(self.k_norm(self._proj(x, "k_proj", "BTD,DKH->BTKH")), act_kv)
+        v = shd.constrain(self._proj(x, "v_proj", "BTD,DKH->BTKH"), act_kv)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+
+        if cache is not None:
+            k = jax.lax.dynamic_update_slice_in_dim(cache.k, k.astype(cache.k.dtype), cache_index, axis=1)
+            v = jax.lax.dynamic_update_slice_in_dim(cache.v, v.astype(cache.v.dtype), cache_index, axis=1)
+            cache = LayerCache(k, v)
+            k, v = k.astype(x.dtype), v.astype(x.dtype)
+
+        q = q.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim)  # [B, T, K, G, H]
+        scores = jnp.einsum("BTKGH,BSKH->BKGTS", q, k, preferred_element_type=jnp.float32)
+        scores = scores * (cfg.head_dim**-0.5)
+        scores = jnp.where(mask[:, None, None, :, :], scores, _MASKED)
+        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+        out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v).reshape(B, T, cfg.num_heads, cfg.head_dim)
+        out = shd.constrain(out, act_heads)
+        y = jnp.einsum("BTNH,NHD->BTD", out, self.o_proj[...].astype(x.dtype))
+        if cfg.attention_bias:
+            y = y + self.o_bias[...].astype(x.dtype)
+        return y, cache
+
+
+class MLP(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        D, F, pd = cfg.hidden_size, cfg.intermediate_size, cfg.param_dtype
+        self.gate_proj = _param(rngs, _normal, (D, F), (shd.EMBED, shd.MLP), pd)
+        self.up_proj = _param(rngs, _normal, (D, F), (shd.EMBED, shd.MLP), pd)
+        self.down_proj = _param(rngs, _normal, (F, D), (shd.MLP, shd.EMBED), pd)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """x: [B, T, D] -> [B, T, D]; SwiGLU."""
+        gate = jnp.einsum("BTD,DF->BTF", x, self.gate_proj[...].astype(x.dtype))
+        up = jnp.einsum("BTD,DF->BTF", x, self.up_proj[...].astype(x.dtype))
+        h = shd.constrain(jax.nn.silu(gate) * up, (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_MLP))
+        return jnp.einsum("BTF,FD->BTD", h, self.down_proj[...].astype(x.dtype))
+
+
+class DecoderLayer(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        pd = cfg.param_dtype
+        self.input_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, names=(shd.NORM,), param_dtype=pd, rngs=rngs)
+        self.attn = Attention(cfg, rngs=rngs)
+        self.post_attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, names=(shd.NORM,), param_dtype=pd, rngs=rngs)
+        self.mlp = MLP(cfg, rngs=rngs)
+
+    def __call__(self, x, cos, sin, mask, cache, cache_index):
+        h, cache = self.attn(self.input_norm(x), cos, sin, mask, cache, cache_index)
+        x = x + h
+        x = x + self.mlp(self.post_attn_norm(x))
+        return shd.constrain(x, (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_EMBED)), cache
+
+
+class Qwen3(nnx.Module):
+    """Causal LM. Positions are explicit so left-padded batches rotate each row from its own 0."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        pd = cfg.param_dtype
+        self.embed = _param(rngs, _normal, (cfg.vocab_size, cfg.hidden_size), (shd.VOCAB, shd.EMBED), pd)
+        self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+        self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, names=(shd.NORM,), param_dtype=pd, rngs=rngs)
+        if not cfg.tie_word_embeddings:
+            self.lm_head = _param(rngs, _normal, (cfg.hidden_size, cfg.vocab_size), (shd.EMBED, shd.VOCAB), pd)
+        inv_freq, self.rope_scaling = inv_frequencies(cfg.rope, cfg.head_dim)
+        self.inv_freq = tuple(inv_freq.tolist())  # Static: a hashable constant, not a parameter.
+
+    def __call__(self, tokens: jax.Array, positions: jax.Array, attention_mask: jax.Array) -> jax.Array:
+        """tokens, positions, attention_mask (1 = real token): [B, T] -> logits [B, T, V]."""
+        return self.logits(self.hidden_states(tokens, positions, attention_mask))
+
+    def hidden_states(self, tokens, positions, attention_mask) -> jax.Array:
+        """-> final-norm hidden states [B, T, D], for callers that project to the vocab in chunks."""
+        T = tokens.shape[1]
+        valid = attention_mask.astype(bool)
+        causal = jnp.arange(T)[None, :] <= jnp.arange(T)[:, None]  # [T, S]
+        mask = causal[None] & valid[:, None, :]  # [B, T, S]
+        h, _ = self._decode(tokens, positions, mask, None, 0)
+        return h
+
+    def decode_step(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array,
+        kv_valid: jax.Array,
+        cache: list[LayerCache],
+        cache_index: jax.Array,
+    ) -> tuple[jax.Array, list[LayerCache]]:
+        """Write T new tokens at cache slots [cache_index, cache_index + T) and attend to the cache.
+
+        tokens, positions: [B, T]; kv_valid: [B, S] (False for padding slots) -> (logits [B, T, V], cache).
+        """
+        T, S = tokens.shape[1], cache[0].k.shape[1]
+        causal = jnp.arange(S)[None, :] <= (cache_index + jnp.arange(T))[:, None]  # [T, S]
+        mask = causal[None] & kv_valid.astype(bool)[:, None, :]
+        h, cache = self._decode(tokens, positions, mask, cache, cache_index)
+        return self.logits(h), cache
+
+    def _decode(self, tokens, positions, mask, caches, cache_index):
+        cfg = self.cfg
+        x = jnp.take(self.embed[...], tokens, axis=0).astype(cfg.dtype)
+        x = shd.constrain(x, (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_EMBED))
+        cos, sin = cos_sin(positions, np.asarray(self.inv_freq, np.float32), self.rope_scaling, cfg.dtype)
+        new_caches = []
+        for i, layer in enumerate(self.layers):
+            cache = None if caches is None else caches[i]
+            if cfg.remat:
+                x, cache = nnx.remat(lambda l, *a: l(*a))(layer, x, cos, sin, mask, cache, cache_index)
+            else:
+                x, cache = layer(x, cos, sin, mask, cache, cache_index)
+            new_caches.append(cache)
+        return self.final_norm(x), new_caches
+
+    def logits(self, h: jax.Array) -> jax.Array:
+        """h: [B, T, D] -> logits [B, T, V] in fp32."""
+        w = self.embed[...].T if self.cfg.tie_word_embeddings else self.lm_head[...]
+        logits = jnp.einsum("BTD,DV->BTV", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
+        return shd.constrain(logits, (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_VOCAB))
+
+
+def create(cfg: ModelConfig, mesh: jax.sharding.Mesh, seed: int = 0) -> Qwen3:
+    """A randomly initialised model whose parameters are born sharded on `mesh`."""
+    with shd.use_mesh(mesh):
+        return Qwen3(cfg, rngs=nnx.Rngs(seed))
