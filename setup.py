@@ -18,6 +18,7 @@ INSTALL_REQUIRES = [
     "tqdm>=4.66",
     "absl-py>=2.1",
     "pyseccomp>=0.1.2",  # seccomp filters in sandbox job processes
+    "bm25s>=0.2",  # per-question BM25 retrieval for multi-hop QA harnesses
 ]
 
 EXTRAS = {
@@ -38,7 +39,7 @@ setup(
     description="Harness learning: train a proposer LLM to rewrite agent harnesses, in JAX/Flax NNX.",
     python_requires=">=3.10",
     packages=find_packages(include=["hljax", "hljax.*", "sandbox", "sandbox.*", "launch", "launch.*"]),
-    include_package_data=True,
+    package_data={"hljax": ["assets/tokenizer/*"]},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
 )

@@ -73,6 +73,36 @@ class ModelConfig:
         if self.rope.type not in SUPPORTED_ROPE_TYPES:
             raise ConfigError(f"rope type {self.rope.type!r} is not supported (supported: {SUPPORTED_ROPE_TYPES})")
 
+    @classmethod
+    def tiny(cls, vocab_size: int, **overrides) -> ModelConfig:
+        """The embedded default: trains on 2 CPU cores in minutes."""
+        args = dict(
+            vocab_size=vocab_size, hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4,
+            num_kv_heads=2, head_dim=32, rope=RopeConfig(theta=10000.0), tie_word_embeddings=True,
+            max_position_embeddings=4096,
+        )
+        return cls(**{**args, **overrides})
+
+    @classmethod
+    def qwen3_0p6b(cls, **overrides) -> ModelConfig:
+        """Qwen3-0.6B's shape (HF Qwen/Qwen3-0.6B config.json)."""
+        args = dict(
+            vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_layers=28, num_heads=16,
+            num_kv_heads=8, head_dim=128, rope=RopeConfig(theta=1e6), tie_word_embeddings=True,
+            max_position_embeddings=40960, bos_token_id=151643, eos_token_ids=(151645,),
+        )
+        return cls(**{**args, **overrides})
+
+    @classmethod
+    def qwen3_4b(cls, **overrides) -> ModelConfig:
+        """Qwen3-4B's shape."""
+        args = dict(
+            vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_layers=36, num_heads=32,
+            num_kv_heads=8, head_dim=128, rope=RopeConfig(theta=1e6), tie_word_embeddings=True,
+            max_position_embeddings=40960, bos_token_id=151643, eos_token_ids=(151645,),
+        )
+        return cls(**{**args, **overrides})
+
     @property
     def num_groups(self) -> int:
         return self.num_heads // self.num_kv_heads
