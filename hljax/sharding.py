@@ -150,12 +150,14 @@ def _axes_size(mesh: Mesh, axes: MeshAxes) -> int:
 def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
     """Constrain an activation's sharding by logical names under the ambient mesh.
 
-    Outside any mesh context there is nothing to constrain against, so `x` is returned as is.
+    Outside any mesh context there is nothing to constrain against, so `x` is returned as is. A
+    dimension that its mesh axes do not divide (batch 1 in decode, say) stays replicated.
     """
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
         return x
-    return jax.lax.with_sharding_constraint(x, logical_to_spec(names))
+    spec = [axes if dim % _axes_size(mesh, axes) == 0 else None for dim, axes in zip(x.shape, logical_to_spec(names))]
+    return jax.lax.with_sharding_constraint(x, P(*spec))
 
 
 def param_shardings(state: nnx.State, mesh: Mesh) -> nnx.State:

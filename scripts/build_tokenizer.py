@@ -13,21 +13,10 @@ import subprocess
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from hljax.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "hljax", "assets", "tokenizer")
-# Qwen's chat-format and thinking markers, so the tiny model speaks the same protocol as Qwen3.
-SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
-# Qwen3's template reduced to what hljax uses: roles, generation prompt, enable_thinking=False.
-CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
-    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
-    "{%- endif %}"
-)
-
-
 def repo_text() -> list[str]:
     files = subprocess.run(["git", "ls-files", "*.py", "*.md"], cwd=ROOT, capture_output=True, text=True, check=True)
     texts = []
@@ -45,7 +34,7 @@ def main():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=args.vocab_size, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=args.vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     tok.train_from_iterator(repo_text(), trainer)
     fast = transformers.PreTrainedTokenizerFast(

@@ -6,6 +6,8 @@ import numpy as np
 import torch
 import transformers
 
+from hljax.tokenizer import CHAT_TEMPLATE
+
 ROPE = {
     "default": {"rope_type": "default", "rope_theta": 10000.0},
     "linear": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0},
@@ -75,7 +77,7 @@ def tokenizer(vocab_size: int) -> transformers.PreTrainedTokenizerFast:
     text = ["def solve(question, solver):", "return solver.generate(question)", "the answer is 42"] * 20
     tok.train_from_iterator(text, trainer)
     return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>"
+        tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", chat_template=CHAT_TEMPLATE
     )
 
 

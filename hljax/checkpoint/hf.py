@@ -211,7 +211,7 @@ def load_hf(
         raise CheckpointError(
             f"{path}: {len(unused)} tensors are not used by the model, e.g. {unused[:3]} in {files[unused[0]]}"
         )
-    state = nnx.State.from_flat_path(leaves)
+    state = nnx.from_flat_state(leaves)
     return nnx.merge(graphdef, state)
 
 

@@ -90,10 +90,12 @@ class Attention(nnx.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
         if cache is not None:
-            k = jax.lax.dynamic_update_slice_in_dim(cache.k, k.astype(cache.k.dtype), cache_index, axis=1)
-            v = jax.lax.dynamic_update_slice_in_dim(cache.v, v.astype(cache.v.dtype), cache_index, axis=1)
-            cache = LayerCache(k, v)
-            k, v = k.astype(x.dtype), v.astype(x.dtype)
+            cache = LayerCache(
+                jax.lax.dynamic_update_slice_in_dim(cache.k, k.astype(cache.k.dtype), cache_index, axis=1),
+                jax.lax.dynamic_update_slice_in_dim(cache.v, v.astype(cache.v.dtype), cache_index, axis=1),
+            )
+            if mask.shape[-1] != T:  # Decode: attend over the whole cache. Prefill: over the fresh keys.
+                k, v = cache.k.astype(x.dtype), cache.v.astype(x.dtype)
 
         q = q.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim)  # [B, T, K, G, H]
         scores = jnp.einsum("BTKGH,BSKH->BKGTS", q, k, preferred_element_type=jnp.float32)
@@ -172,16 +174,20 @@ class Qwen3(nnx.Module):
         kv_valid: jax.Array,
         cache: list[LayerCache],
         cache_index: jax.Array,
+        *,
+        prefill: bool = False,
     ) -> tuple[jax.Array, list[LayerCache]]:
         """Write T new tokens at cache slots [cache_index, cache_index + T) and attend to the cache.
 
-        tokens, positions: [B, T]; kv_valid: [B, S] (False for padding slots) -> (logits [B, T, V], cache).
+        tokens, positions: [B, T]; kv_valid: [B, S] (False for padding slots)
+        -> (final-norm hidden states [B, T, D], cache). Callers project only the rows they need.
+        prefill=True (cache_index 0) attends over the T fresh keys only, not all S slots.
         """
         T, S = tokens.shape[1], cache[0].k.shape[1]
-        causal = jnp.arange(S)[None, :] <= (cache_index + jnp.arange(T))[:, None]  # [T, S]
-        mask = causal[None] & kv_valid.astype(bool)[:, None, :]
-        h, cache = self._decode(tokens, positions, mask, cache, cache_index)
-        return self.logits(h), cache
+        width = T if prefill else S
+        causal = jnp.arange(width)[None, :] <= (cache_index + jnp.arange(T))[:, None]  # [T, width]
+        mask = causal[None] & kv_valid[:, :width].astype(bool)[:, None, :]
+        return self._decode(tokens, positions, mask, cache, cache_index)
 
     def _decode(self, tokens, positions, mask, caches, cache_index):
         cfg = self.cfg

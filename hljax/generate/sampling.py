@@ -1,0 +1,58 @@
+"""Token sampling: temperature, top-k, top-p, per-row seeds. Pure functions of arrays."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def row_keys(seeds: jax.Array, step: jax.Array) -> jax.Array:
+    """seeds: [B] uint32, step: scalar -> [B] keys. A row's randomness depends on its seed and step only,
+    never on its batch neighbours, so the same seed gives the same tokens in any batch."""
+    return jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), step))(seeds)
+
+
+def token_logprobs(logits: jax.Array, temperature: jax.Array) -> jax.Array:
+    """logits: [B, V]; temperature: [B] -> log_softmax(logits / T) [B, V] in fp32 (T = 0 counts as 1).
+
+    The full-vocabulary convention SGLang reports, before any top-k/top-p truncation."""
+    t = jnp.where(temperature > 0, temperature, 1.0).astype(jnp.float32)
+    return jax.nn.log_softmax(logits.astype(jnp.float32) / t[:, None], axis=-1)
+
+
+def filter_top_k_top_p(logprobs: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
+    """logprobs: [B, V]; top_k: [B] int (-1 = off); top_p: [B] -> logprobs with dropped tokens at -inf.
+
+    top-p keeps the smallest prefix of tokens, by descending probability, whose mass reaches top_p
+    (the token that crosses the threshold is kept); top-k then keeps at most k of them."""
+    V = logprobs.shape[-1]
+    order = jnp.argsort(-logprobs, axis=-1)  # [B, V]
+    sorted_lp = jnp.take_along_axis(logprobs, order, axis=-1)
+    probs = jnp.exp(sorted_lp)
+    mass_before = jnp.cumsum(probs, axis=-1) - probs
+    rank = jnp.arange(V)[None, :]
+    keep = (mass_before < top_p[:, None]) & ((top_k[:, None] < 0) | (rank < top_k[:, None]))
+    keep = keep | (rank == 0)  # Never drop the most likely token.
+    kept_sorted = jnp.where(keep, sorted_lp, -jnp.inf)
+    inverse = jnp.argsort(order, axis=-1)
+    return jnp.take_along_axis(kept_sorted, inverse, axis=-1)
+
+
+def sample(
+    logits: jax.Array,
+    keys: jax.Array,
+    temperature: jax.Array,
+    top_k: jax.Array,
+    top_p: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """logits: [B, V]; keys: [B]; temperature, top_p: [B] float; top_k: [B] int
+    -> (tokens [B] int32, logprobs of those tokens under log_softmax(logits / T) [B] fp32).
+
+    temperature 0 is greedy. The full sort that top-k/top-p need runs only when a row asks for it."""
+    logprobs = token_logprobs(logits, temperature)
+    needs_filter = jnp.any((top_k > 0) | (top_p < 1.0))
+    filtered = jax.lax.cond(needs_filter, filter_top_k_top_p, lambda lp, k, p: lp, logprobs, top_k, top_p)
+    drawn = jax.vmap(jax.random.categorical)(keys, filtered)
+    greedy = jnp.argmax(logits, axis=-1)
+    tokens = jnp.where(temperature > 0, drawn, greedy).astype(jnp.int32)
+    return tokens, jnp.take_along_axis(logprobs, tokens[:, None], axis=-1)[:, 0]

@@ -1,0 +1,37 @@
+"""Serve a Qwen3 HF folder over the SGLang-compatible HTTP API with the JAX engine.
+
+    python -m launch.serve --model runs/tiny-qwen3 --port 30000
+"""
+
+import argparse
+import logging
+
+import jax.numpy as jnp
+
+from hljax import sharding as shd
+from hljax.generate.engine import EngineConfig
+from hljax.generate.local import LocalGenerator
+from hljax.generate.server import Server
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="HF checkpoint folder")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--max-batch", type=int, default=16)
+    parser.add_argument("--max-seq-len", type=int, default=4096)
+    parser.add_argument("--tensor", type=int, default=1, help="tensor-parallel degree (rest goes to fsdp)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    mesh = shd.make_mesh(shd.MeshConfig(data=1, fsdp=-1, tensor=args.tensor))
+    config = EngineConfig(max_batch=args.max_batch, max_seq_len=args.max_seq_len)
+    generator = LocalGenerator.from_pretrained(args.model, mesh, config, dtype=getattr(jnp, args.dtype))
+    server = Server(generator, args.model, args.host, args.port)
+    logging.info("serving %s at %s", args.model, server.url)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

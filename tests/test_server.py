@@ -1,0 +1,146 @@
+"""The SGLang-compatible server over real HTTP on localhost, driven by raw requests and by the client."""
+
+import json
+import threading
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+from hljax import sharding as shd
+from hljax.checkpoint import hf
+from hljax.generate.client import ClientConfig, ServerError, SGLangGenerator
+from hljax.generate.engine import EngineConfig
+from hljax.generate.local import LocalGenerator
+from hljax.generate.server import Server
+from hljax.generate.types import SamplingParams
+from tests import tiny
+
+
+@pytest.fixture(scope="module")
+def server(tiny_untied):
+    gen = LocalGenerator.from_pretrained(tiny_untied, shd.single_device_mesh(), EngineConfig(max_seq_len=128))
+    with Server(gen, tiny_untied) as s:
+        yield s
+
+
+def _post(url, path, body, raw=None):
+    data = raw if raw is not None else json.dumps(body).encode()
+    req = urllib.request.Request(url + path, data=data, method="POST", headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def _get(url, path):
+    with urllib.request.urlopen(url + path, timeout=120) as r:
+        return r.status, json.loads(r.read())
+
+
+def test_generate_batch_n4_logprobs_stop(server):
+    body = {"text": ["def solve", "the answer is"], "return_logprob": True,
+            "sampling_params": {"max_new_tokens": 6, "temperature": 1.0, "n": 4, "sampling_seed": 1}}
+    status, out = _post(server.url, "/generate", body)
+    assert status == 200 and len(out) == 8
+    for o in out:
+        meta = o["meta_info"]
+        assert len(o["output_ids"]) == meta["completion_tokens"] == len(meta["output_token_logprobs"])
+        assert [t for _, t, _ in meta["output_token_logprobs"]] == o["output_ids"]
+        assert meta["finish_reason"]["type"] in ("stop", "length") and meta["weight_version"] == "0"
+    # Prompt-major order: rows 0-3 answer "def solve" (SGLang's order for parallel samples).
+    assert {o["meta_info"]["prompt_tokens"] for o in out[:4]} == {len(server.app.tokenizer.encode("def solve"))}
+
+    status, greedy = _post(server.url, "/generate", {"text": "def solve", "sampling_params":
+                                                     {"max_new_tokens": 12, "temperature": 0}})
+    assert status == 200 and isinstance(greedy, dict)
+    stop = greedy["text"][4:7]
+    status, cut = _post(server.url, "/generate", {"text": "def solve", "sampling_params":
+                                                  {"max_new_tokens": 12, "temperature": 0, "stop": [stop]}})
+    assert cut["text"] == greedy["text"][: greedy["text"].index(stop)]
+    assert cut["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
+
+
+def test_openai_endpoints(server):
+    status, out = _post(server.url, "/v1/completions", {"prompt": ["def solve", "the answer"], "max_tokens": 3, "n": 2,
+                                                         "temperature": 0.5, "logprobs": 1})
+    assert status == 200 and out["object"] == "text_completion" and len(out["choices"]) == 4
+    assert len(out["choices"][0]["logprobs"]["token_logprobs"]) == 3
+    assert out["usage"]["completion_tokens"] == 12
+    status, out = _post(server.url, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0,
+        "chat_template_kwargs": {"enable_thinking": False}})
+    assert status == 200 and out["object"] == "chat.completion"
+    assert out["choices"][0]["message"]["role"] == "assistant"
+    assert isinstance(out["choices"][0]["message"]["content"], str)
+
+
+def test_bad_requests_get_400_and_the_server_keeps_serving(server):
+    cases = [
+        (None, b"{not json"),
+        ({"text": "x", "sampling_params": {"max_new_tokens": "ten"}}, None),
+        ({"text": "x", "sampling_params": {"temprature": 0.5}}, None),
+        ({"text": 5}, None),
+        ({"input_ids": [1, 2, 999]}, None),
+        ({"text": "x" * 50, "sampling_params": {"max_new_tokens": 120}}, None),
+        ({"text": "x", "input_ids": [1]}, None),
+        ({"text": "x", "stream": True}, None),
+    ]
+    for body, raw in cases:
+        status, out = _post(server.url, "/generate", body, raw)
+        assert status == 400, (body, out)
+        assert out["error"]["message"]
+    _, msg = _post(server.url, "/generate", {"text": "x", "sampling_params": {"temprature": 0.5}})
+    assert "temprature" in msg["error"]["message"]
+    assert _get(server.url, "/health")[0] == 200
+
+
+def test_client_and_weight_updates(server, tiny_untied, tmp_path):
+    client = SGLangGenerator(server.url, tokenizer=server.app.tokenizer,
+                             config=ClientConfig(max_retries=1, backoff_s=0.05))
+    client.wait_until_ready(30)
+    sp = SamplingParams(max_new_tokens=8, temperature=0.0)
+    before = client.generate(["def solve"], sp)[0][0]
+    local = server.app.generator.generate(["def solve"], sp)[0][0]
+    assert before.token_ids == local.token_ids and before.text == local.text
+
+    other = tiny.save_hf_qwen3(tmp_path / "other", tie=False, rope="yarn", seed=1)
+    exported = hf.save_hf(hf.load_hf(other), str(tmp_path / "export"))
+    client.update_weights_from_disk(exported, weight_version="7")
+    after = client.generate(["def solve"], sp)[0][0]
+    assert after.weight_version == "7" and client.model_info()["weight_version"] == "7"
+    assert after.token_ids != before.token_ids
+
+    with pytest.raises(ServerError, match="did not take the weights at /nonexistent"):
+        client.update_weights_from_disk("/nonexistent", weight_version="8")
+    again = client.generate(["def solve"], sp)[0][0]
+    assert again.token_ids == after.token_ids and again.weight_version == "7"
+
+    client.update_weights_from_disk(tiny_untied, weight_version="9")
+    assert client.generate(["def solve"], sp)[0][0].token_ids == before.token_ids
+
+
+def test_concurrent_clients_are_all_answered(server):
+    client = SGLangGenerator(server.url)
+    results = {}
+
+    def ask(i):
+        results[i] = client.generate([f"prompt {i}"], SamplingParams(max_new_tokens=4, temperature=0.0))[0][0]
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sorted(results) == list(range(6))
+    solo = client.generate(["prompt 3"], SamplingParams(max_new_tokens=4, temperature=0.0))[0][0]
+    assert results[3].token_ids == solo.token_ids
+
+
+def test_client_retries_then_names_the_server():
+    client = SGLangGenerator("http://127.0.0.1:9", config=ClientConfig(max_retries=2, backoff_s=0.01))
+    with pytest.raises(ServerError, match=r"http://127\.0\.0\.1:9/generate: failed after 3 attempt"):
+        client.generate(["x"], SamplingParams(max_new_tokens=2))
+    assert np.isfinite(0)
