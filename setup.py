@@ -17,6 +17,8 @@ INSTALL_REQUIRES = [
     "numpy>=2.0",
     "tqdm>=4.66",
     "absl-py>=2.1",
+    "tensorboardX>=2.6",
+    "matplotlib>=3.8",
     "pyseccomp>=0.1.2",  # seccomp filters in sandbox job processes
     "bm25s>=0.2",  # per-question BM25 retrieval for multi-hop QA harnesses
 ]

@@ -50,9 +50,14 @@ def sample(
 
     temperature 0 is greedy. The full sort that top-k/top-p need runs only when a row asks for it."""
     logprobs = token_logprobs(logits, temperature)
-    needs_filter = jnp.any((top_k > 0) | (top_p < 1.0))
-    filtered = jax.lax.cond(needs_filter, filter_top_k_top_p, lambda lp, k, p: lp, logprobs, top_k, top_p)
-    drawn = jax.vmap(jax.random.categorical)(keys, filtered)
-    greedy = jnp.argmax(logits, axis=-1)
-    tokens = jnp.where(temperature > 0, drawn, greedy).astype(jnp.int32)
+    greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+    def draw(lp):
+        needs_filter = jnp.any((top_k > 0) | (top_p < 1.0))
+        lp = jax.lax.cond(needs_filter, filter_top_k_top_p, lambda x, k, p: x, lp, top_k, top_p)
+        return jax.vmap(jax.random.categorical)(keys, lp).astype(jnp.int32)
+
+    # An all-greedy batch skips the random draw over the vocabulary, which costs as much as the argmax.
+    drawn = jax.lax.cond(jnp.any(temperature > 0), draw, lambda lp: greedy, logprobs)
+    tokens = jnp.where(temperature > 0, drawn, greedy)
     return tokens, jnp.take_along_axis(logprobs, tokens[:, None], axis=-1)[:, 0]

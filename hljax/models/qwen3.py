@@ -204,11 +204,19 @@ class Qwen3(nnx.Module):
             new_caches.append(cache)
         return self.final_norm(x), new_caches
 
+    def head_weight(self) -> jax.Array:
+        """The output projection [D, V] (the transposed embedding when tied)."""
+        return self.embed[...].T if self.cfg.tie_word_embeddings else self.lm_head[...]
+
     def logits(self, h: jax.Array) -> jax.Array:
         """h: [B, T, D] -> logits [B, T, V] in fp32."""
-        w = self.embed[...].T if self.cfg.tie_word_embeddings else self.lm_head[...]
-        logits = jnp.einsum("BTD,DV->BTV", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
-        return shd.constrain(logits, (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_VOCAB))
+        return project(h, self.head_weight())
+
+
+def project(h: jax.Array, w: jax.Array) -> jax.Array:
+    """h: [B, T, D], w: [D, V] -> logits [B, T, V] in fp32."""
+    logits = jnp.einsum("BTD,DV->BTV", h, w.astype(h.dtype), preferred_element_type=jnp.float32)
+    return shd.constrain(logits, (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_VOCAB))
 
 
 def create(cfg: ModelConfig, mesh: jax.sharding.Mesh, seed: int = 0) -> Qwen3:

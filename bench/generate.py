@@ -1,0 +1,100 @@
+"""Decode throughput of our JAX engine vs `transformers.generate` on the same random weights.
+
+    python bench/generate.py [--sizes small,0.6b] [--batches 1,8] [--prompt 64] [--new 32]
+
+Prints tokens/s for both, their ratio, and our decode steps/s as a fraction of the memory-bandwidth
+roofline (weight bytes read per step / numpy copy bandwidth measured in this run).
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import transformers
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from hljax import sharding as shd  # noqa: E402
+from hljax.checkpoint import hf  # noqa: E402
+from hljax.generate.engine import Engine, EngineConfig, Request  # noqa: E402
+from hljax.generate.types import SamplingParams  # noqa: E402
+
+SIZES = {
+    "small": dict(vocab_size=8192, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=64),
+    "0.6b": dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                 num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+}
+
+
+def copy_bandwidth(nbytes=512 * 2**20, reps=5) -> float:
+    """Bytes/s of a numpy copy, read + write counted."""
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.empty_like(src)
+    best = min(_timed(lambda: np.copyto(dst, src)) for _ in range(reps))
+    return 2 * nbytes / best
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def bench(size: str, batches, prompt_len: int, new: int, bandwidth: float):
+    cfg = transformers.Qwen3Config(**SIZES[size], max_position_embeddings=4096, rope_parameters={
+        "rope_type": "default", "rope_theta": 1e6})
+    torch.manual_seed(0)
+    ref = transformers.Qwen3ForCausalLM(cfg).eval()
+    n_params = sum(p.numel() for p in ref.parameters())
+    weight_bytes = 4 * n_params
+    with tempfile.TemporaryDirectory() as d:
+        ref.save_pretrained(d)
+        mesh = shd.make_mesh()
+        engine = Engine(hf.load_hf(d, mesh), mesh, EngineConfig(max_batch=max(batches), max_seq_len=prompt_len + new))
+    rng = np.random.default_rng(0)
+    for B in batches:
+        prompts = rng.integers(0, cfg.vocab_size, (B, prompt_len))
+        reqs = [Request(tuple(p.tolist()), SamplingParams(max_new_tokens=new, temperature=0.0)) for p in prompts]
+        engine.generate(reqs)  # compile
+        ours = min(_timed(lambda: engine.generate(reqs)) for _ in range(2))
+        # Decode alone: a 1-token run costs the prefill, subtract it.
+        one = [Request(r.prompt_ids, SamplingParams(max_new_tokens=1, temperature=0.0)) for r in reqs]
+        engine.generate(one)
+        prefill = min(_timed(lambda: engine.generate(one)) for _ in range(2))
+        steps_per_s = (new - 1) / max(ours - prefill, 1e-9)
+
+        ids = torch.from_numpy(prompts)
+        kw = dict(attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new, min_new_tokens=new,
+                  pad_token_id=0)
+        with torch.no_grad():
+            ref.generate(ids, **kw)
+            theirs = min(_timed(lambda: ref.generate(ids, **kw)) for _ in range(2))
+        roofline = bandwidth / weight_bytes
+        print(f"{size:>5} B={B}: ours {B * new / ours:8.1f} tok/s | transformers {B * new / theirs:8.1f} tok/s | "
+              f"ratio {theirs / ours:5.2f}x | decode {steps_per_s:6.2f} steps/s = "
+              f"{steps_per_s / roofline:5.1%} of roofline ({roofline:.2f} steps/s at {bandwidth / 1e9:.1f} GB/s, "
+              f"{weight_bytes / 1e9:.2f} GB fp32 weights)", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="small,0.6b")
+    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--prompt", type=int, default=64)
+    parser.add_argument("--new", type=int, default=32)
+    args = parser.parse_args()
+    torch.set_num_threads(os.cpu_count())
+    bandwidth = copy_bandwidth()
+    print(f"numpy copy bandwidth: {bandwidth / 1e9:.1f} GB/s; torch {torch.__version__}, "
+          f"transformers {transformers.__version__}")
+    for size in args.sizes.split(","):
+        bench(size, [int(b) for b in args.batches.split(",")], args.prompt, args.new, bandwidth)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Proposer training: GRPO and SFT."""

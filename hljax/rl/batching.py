@@ -1,0 +1,45 @@
+"""Host-side packing of (prompt, completion) token lists into fixed-shape training arrays."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from hljax.rl.logprobs import Sequences
+
+
+def bucket_length(n: int, multiple: int = 64) -> int:
+    """Round a length up to a power of two (>= multiple), so jit compiles once per bucket."""
+    return max(multiple, 1 << (max(n, 1) - 1).bit_length())
+
+
+def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], length: int,
+         pad_id: int = 0) -> Sequences:
+    """Right-padded [B, length] arrays; loss_mask marks positions whose next token is a completion token."""
+    B = len(prompts)
+    tokens = np.full((B, length), pad_id, np.int32)
+    attention = np.zeros((B, length), np.int32)
+    loss_mask = np.zeros((B, length), np.float32)
+    for b, (p, c) in enumerate(zip(prompts, completions)):
+        n = len(p) + len(c)
+        if n > length:
+            raise ValueError(f"row {b}: prompt {len(p)} + completion {len(c)} tokens exceed length {length}")
+        if not p or not c:
+            raise ValueError(f"row {b}: prompt and completion must be non-empty")
+        tokens[b, :n] = list(p) + list(c)
+        attention[b, :n] = 1
+        loss_mask[b, len(p) - 1 : n - 1] = 1.0
+    return Sequences(tokens=tokens, attention_mask=attention, loss_mask=loss_mask)
+
+
+def completion_logprobs(per_position: np.ndarray, prompt_len: int, completion_len: int) -> np.ndarray:
+    """[L] per-position log-probs -> [completion_len] log-probs of the completion tokens."""
+    return per_position[prompt_len - 1 : prompt_len - 1 + completion_len]
+
+
+def split_micro(x: np.ndarray, n_micro: int) -> np.ndarray:
+    """[B, ...] -> [n_micro, B / n_micro, ...]."""
+    if x.shape[0] % n_micro:
+        raise ValueError(f"batch of {x.shape[0]} rows does not split into {n_micro} micro-batches")
+    return x.reshape(n_micro, x.shape[0] // n_micro, *x.shape[1:])

@@ -1,0 +1,65 @@
+"""Typed configs of the training concerns: loss, optimiser. Each knob where the literature
+diverges is an explicit field, documented where it is declared (TRL's name in brackets)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from hljax.rl.grpo import Aggregation, KLEstimator, StdScaling
+
+AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "dr_grpo")
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    """What one train step minimises."""
+
+    mode: Literal["grpo", "sft"] = "grpo"
+    # Clip range [1 - eps_low, 1 + eps_high] of the importance ratio [epsilon, epsilon_high]. eps_high
+    # None means eps_low (symmetric PPO clip); DAPO's clip-higher uses 0.28 with eps_low 0.2.
+    eps_low: float = 0.2
+    eps_high: float | None = None
+    # KL to the frozen reference [beta]. 0 skips the reference model entirely (DAPO, Dr. GRPO).
+    beta: float = 0.0
+    kl_estimator: KLEstimator = "k3"  # k1 | k2 | k3 (Schulman 2020); GRPO uses k3.
+    # token_mean (DAPO, TRL "dapo") | seq_mean_token_mean (original GRPO, TRL "grpo") |
+    # seq_mean_token_sum | dr_grpo (token sum / (B * max_tokens), TRL "dr_grpo").
+    aggregation: Aggregation = "token_mean"
+    max_tokens: int | None = None  # The generation budget; required by dr_grpo.
+    # Advantage scaling [scale_rewards]: group std (GRPO) | batch std | none (Dr. GRPO).
+    std_scaling: StdScaling = "group"
+    std_ddof: int = 0  # 0 population std (TRL, verl); 1 sample std.
+    adv_eps: float = 1e-4  # Added to the std before dividing.
+    # Log-probs are those of the sampling distribution, log_softmax(logits / temperature).
+    temperature: float = 1.0
+    logprob_chunk: int = 256  # Sequence chunk for the vocabulary projection (memory vs speed).
+
+    def __post_init__(self):
+        if self.eps_high is None:
+            object.__setattr__(self, "eps_high", self.eps_low)
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation {self.aggregation!r} is not one of {AGGREGATIONS}")
+        if self.aggregation == "dr_grpo" and not self.max_tokens:
+            raise ValueError("aggregation 'dr_grpo' needs max_tokens (the generation budget)")
+        if self.kl_estimator not in ("k1", "k2", "k3"):
+            raise ValueError(f"kl_estimator {self.kl_estimator!r} is not one of k1, k2, k3")
+        if self.std_scaling not in ("group", "batch", "none"):
+            raise ValueError(f"std_scaling {self.std_scaling!r} is not one of group, batch, none")
+        if self.beta < 0 or self.temperature <= 0 or self.eps_low < 0 or self.eps_high < 0:
+            raise ValueError(f"beta, eps_low, eps_high must be >= 0 and temperature > 0: {self}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with linear warmup then cosine decay, global-norm clipping."""
+
+    learning_rate: float = 1e-6
+    warmup_steps: int = 0
+    decay_steps: int = 1000  # Cosine decay length after warmup.
+    final_lr_ratio: float = 0.1  # LR at the end of the decay, relative to learning_rate.
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0  # 0 disables clipping.

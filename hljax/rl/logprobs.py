@@ -1,0 +1,57 @@
+"""Per-token log-probs and entropies without materialising [B, T, V] logits.
+
+The final hidden states are projected to the vocabulary in sequence chunks under `jax.checkpoint`,
+so forward and backward hold one [B, C, V] chunk at a time (Qwen's vocabulary is 151k).
+"""
+
+from __future__ import annotations
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from hljax.models.qwen3 import Qwen3, project
+
+
+@flax.struct.dataclass
+class Sequences:
+    """Prompt + completion, right-padded. Position t predicts token t + 1."""
+
+    tokens: jax.Array  # [B, L] int32
+    attention_mask: jax.Array  # [B, L] int32: 1 on real tokens
+    loss_mask: jax.Array  # [B, L] fp32: 1 where token t + 1 is a completion token (the targets)
+
+
+def _chunk_logprobs(h: jax.Array, w: jax.Array, targets: jax.Array, temperature: float):
+    """h: [B, C, D], w: [D, V], targets: [B, C] -> (logp [B, C], entropy [B, C])."""
+    logits = project(h, w) / temperature  # [B, C, V] fp32
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    logp = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0] - lse
+    probs = jnp.exp(logits - lse[..., None])
+    entropy = lse - jnp.sum(probs * logits, axis=-1)
+    return logp, entropy
+
+
+def sequence_logprobs(
+    model: Qwen3, seqs: Sequences, *, temperature: float = 1.0, chunk: int = 256
+) -> tuple[jax.Array, jax.Array]:
+    """-> (logp [B, L], entropy [B, L]) of token t + 1 at position t, under log_softmax(logits / T).
+
+    The last position has no target and gets 0. L must be a multiple of `chunk` or smaller."""
+    B, L = seqs.tokens.shape
+    positions = jnp.maximum(jnp.cumsum(seqs.attention_mask, axis=1) - 1, 0)
+    h = model.hidden_states(seqs.tokens, positions, seqs.attention_mask)  # [B, L, D]
+    targets = jnp.concatenate([seqs.tokens[:, 1:], jnp.zeros((B, 1), seqs.tokens.dtype)], axis=1)
+    C = min(chunk, L)
+    if L % C:
+        raise ValueError(f"sequence length {L} is not a multiple of the logprob chunk {C}")
+    n = L // C
+    hc = h.reshape(B, n, C, -1).swapaxes(0, 1)  # [n, B, C, D]
+    tc = targets.reshape(B, n, C).swapaxes(0, 1)
+    w = model.head_weight()
+    step = jax.checkpoint(lambda hh, tt: _chunk_logprobs(hh, w, tt, temperature))
+    logp, ent = jax.lax.map(lambda xs: step(*xs), (hc, tc))  # [n, B, C]
+    logp = logp.swapaxes(0, 1).reshape(B, L)
+    ent = ent.swapaxes(0, 1).reshape(B, L)
+    last = jnp.arange(L)[None, :] == L - 1
+    return jnp.where(last, 0.0, logp), jnp.where(last, 0.0, ent)

@@ -1,0 +1,100 @@
+"""One jitted, sharded optimiser step with exact gradient accumulation over micro-batches."""
+
+from __future__ import annotations
+
+import functools
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from hljax import sharding as shd
+from hljax.models.qwen3 import Qwen3
+from hljax.rl import grpo, sft
+from hljax.rl.config import LossConfig, OptimConfig
+from hljax.rl.logprobs import Sequences, sequence_logprobs
+
+
+@flax.struct.dataclass
+class TrainBatch:
+    """Leading axis: micro-batches, accumulated in one step."""
+
+    seqs: Sequences  # fields [M, b, L]
+    advantages: jax.Array  # [M, b] fp32 (unused by SFT)
+    old_logp: jax.Array  # [M, b, L] fp32: policy log-probs before this batch's first update
+    ref_logp: jax.Array  # [M, b, L] fp32: reference log-probs (zeros when beta == 0)
+
+
+def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
+    schedule = optax.warmup_cosine_decay_schedule(
+        init_value=0.0 if cfg.warmup_steps else cfg.learning_rate,
+        peak_value=cfg.learning_rate,
+        warmup_steps=cfg.warmup_steps,
+        decay_steps=cfg.warmup_steps + max(cfg.decay_steps, 1),
+        end_value=cfg.learning_rate * cfg.final_lr_ratio,
+    )
+    adamw = optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay)
+    return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), adamw) if cfg.max_grad_norm else adamw
+
+
+def batch_sharding(mesh: jax.sharding.Mesh) -> NamedSharding:
+    """[M, b, ...] arrays: micro-batch rows split over the data-parallel axes."""
+    return NamedSharding(mesh, P(None, (shd.DATA, shd.FSDP)))
+
+
+def _loss(params, graphdef, micro: TrainBatch, cfg: LossConfig):
+    model = nnx.merge(graphdef, params)
+    logp, entropy = sequence_logprobs(model, micro.seqs, temperature=cfg.temperature, chunk=cfg.logprob_chunk)
+    mask = micro.seqs.loss_mask
+    if cfg.mode == "sft":
+        loss_sum, denom = sft.masked_cross_entropy(logp, mask)
+        metrics = {"tokens": mask.sum()}
+    else:
+        loss_sum, denom, metrics = grpo.grpo_loss(
+            logp, micro.old_logp, micro.ref_logp if cfg.beta > 0 else None, micro.advantages, mask,
+            eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta, kl_estimator=cfg.kl_estimator,
+            aggregation=cfg.aggregation, max_tokens=cfg.max_tokens,
+        )
+    metrics["entropy"] = (entropy * mask).sum()
+    metrics["policy_drift"] = (jnp.abs(logp - micro.old_logp) * mask).sum()  # 0 at the first of mu updates
+    return loss_sum, (denom, metrics)
+
+
+@functools.partial(nnx.jit, static_argnames=("cfg",), donate_argnames=("model", "optimizer"))
+def train_step(model: Qwen3, optimizer: nnx.Optimizer, batch: TrainBatch, cfg: LossConfig) -> dict[str, jax.Array]:
+    """Accumulate gradients of sum(loss_sum) over micro-batches, divide by sum(denom), update."""
+    graphdef, params = nnx.split(model)
+    grad_fn = jax.value_and_grad(_loss, has_aux=True)
+
+    def micro_step(carry, micro):
+        grads, loss, denom, metrics = carry
+        (l, (d, m)), g = grad_fn(params, graphdef, micro, cfg)
+        grads = jax.tree.map(jnp.add, grads, g)
+        return (grads, loss + l, denom + d, jax.tree.map(jnp.add, metrics, m)), None
+
+    first = jax.tree.map(lambda x: x[0], batch)
+    metric_shapes = jax.eval_shape(lambda: _loss(params, graphdef, first, cfg)[1][1])
+    zeros = (
+        jax.tree.map(jnp.zeros_like, params),
+        jnp.float32(0),
+        jnp.float32(0),
+        jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes),
+    )
+    (grads, loss, denom, sums), _ = jax.lax.scan(micro_step, zeros, batch)
+    denom = jnp.maximum(denom, 1e-8)
+    grads = jax.tree.map(lambda g: g / denom, grads)
+    optimizer.update(model, grads)
+    tokens = jnp.maximum(sums.pop("tokens"), 1.0)
+    out = {"loss": loss / denom, "grad_norm": optax.tree.norm(grads), "completion_tokens": tokens}
+    out.update({k: v / tokens for k, v in sums.items()})
+    return out
+
+
+@functools.partial(nnx.jit, static_argnames=("temperature", "chunk"))
+def sequence_logprobs_jit(model: Qwen3, seqs: Sequences, temperature: float, chunk: int) -> jax.Array:
+    """[b, L] log-probs of the targets (old or reference log-probs; no gradient)."""
+    return sequence_logprobs(model, seqs, temperature=temperature, chunk=chunk)[0]
