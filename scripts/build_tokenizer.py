@@ -7,6 +7,7 @@ changed gives a different tokenizer, so only rebuild together with every tiny ch
 """
 
 import argparse
+import json
 import os
 import subprocess
 
@@ -18,17 +19,24 @@ from hljax.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "hljax", "assets", "tokenizer")
 def repo_text() -> list[str]:
-    files = subprocess.run(["git", "ls-files", "*.py", "*.md"], cwd=ROOT, capture_output=True, text=True, check=True)
+    """Every tracked .py and .md file, and the text of the bundled JSONL data (prompts, edits)."""
+    files = subprocess.run(["git", "ls-files", "*.py", "*.md", "data/*.jsonl"], cwd=ROOT, capture_output=True,
+                           text=True, check=True)
     texts = []
     for name in sorted(files.stdout.split()):
         with open(os.path.join(ROOT, name), encoding="utf-8", errors="replace") as f:
-            texts.append(f.read())
+            if name.endswith(".jsonl"):
+                for line in f:
+                    row = json.loads(line)
+                    texts += [m["content"] for m in row.get("messages", [])] + [row.get("completion", "")]
+            else:
+                texts.append(f.read())
     return texts
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vocab-size", type=int, default=4096)
+    parser.add_argument("--vocab-size", type=int, default=8192)
     args = parser.parse_args()
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

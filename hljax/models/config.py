@@ -77,7 +77,7 @@ class ModelConfig:
     def tiny(cls, vocab_size: int, **overrides) -> ModelConfig:
         """The embedded default: trains on 2 CPU cores in minutes."""
         args = dict(
-            vocab_size=vocab_size, hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4,
+            vocab_size=vocab_size, hidden_size=128, intermediate_size=384, num_layers=2, num_heads=4,
             num_kv_heads=2, head_dim=32, rope=RopeConfig(theta=10000.0), tie_word_embeddings=True,
             max_position_embeddings=4096,
         )

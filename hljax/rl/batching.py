@@ -9,9 +9,10 @@ import numpy as np
 from hljax.rl.logprobs import Sequences
 
 
-def bucket_length(n: int, multiple: int = 64) -> int:
-    """Round a length up to a power of two (>= multiple), so jit compiles once per bucket."""
-    return max(multiple, 1 << (max(n, 1) - 1).bit_length())
+def bucket_length(n: int, multiple: int = 128) -> int:
+    """Round a length up to a multiple of `multiple`, so jit compiles once per bucket while padding
+    stays small (attention cost grows with the square of the length)."""
+    return max(multiple, -(-n // multiple) * multiple)
 
 
 def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], length: int,

@@ -1,0 +1,1 @@
+"""Harnesses: the contract, the proposer's edit format, execution reports and proposer prompts."""

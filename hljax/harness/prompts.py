@@ -1,0 +1,71 @@
+"""The proposer prompt: task description + current harness + execution report -> chat messages.
+
+The messages go to `Generator.chat`, which applies the proposer's chat template (Qwen's). The edit
+format is rendered from `edits.FORMAT_SPEC` and the contract from `contract.describe`, so the
+prompt and the parser cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+from hljax.generate.types import Message
+from hljax.harness import contract, edits
+from hljax.harness.report import ExecutionReport
+
+SYSTEM_PROMPT = (
+    "You improve agent harnesses: Python programs that solve tasks by calling a frozen solver LLM. "
+    "You read a harness and what happened when it ran, then rewrite parts of it so that it scores higher."
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptConfig:
+    """Sizes of the proposer prompt's parts."""
+
+    report_max_chars: int = 6000  # The execution report is shrunk to fit (see ExecutionReport.render).
+    report_max_tokens: int | None = None  # Also a token budget, when a tokenizer count is given.
+    system_prompt: str = SYSTEM_PROMPT
+
+    def __post_init__(self):
+        if self.report_max_chars < 200:
+            raise ValueError(f"report_max_chars must be >= 200, got {self.report_max_chars}")
+
+
+def user_prompt(
+    task_description: str,
+    harness: str,
+    report: ExecutionReport,
+    tools: Sequence[contract.ToolSpec] = (),
+    config: PromptConfig = PromptConfig(),
+    count_tokens: Callable[[str], int] | None = None,
+) -> str:
+    """The user turn: task, contract, harness, report, then the answer format."""
+    rendered = report.render(
+        max_chars=config.report_max_chars, max_tokens=config.report_max_tokens, count_tokens=count_tokens
+    )
+    sections = [
+        ("Task", task_description.strip()),
+        ("Harness contract", contract.describe(tools)),
+        ("Current harness", f"```python\n{harness.rstrip()}\n```"),
+        ("Execution report of the current harness on feedback questions", rendered),
+        ("Your answer", edits.FORMAT_SPEC),
+    ]
+    body = "\n\n".join(f"## {title}\n{text}" for title, text in sections)
+    return body + "\n\nChange the harness so that it answers more questions correctly. Reply with edit blocks."
+
+
+def proposer_messages(
+    task_description: str,
+    harness: str,
+    report: ExecutionReport,
+    tools: Sequence[contract.ToolSpec] = (),
+    config: PromptConfig = PromptConfig(),
+    count_tokens: Callable[[str], int] | None = None,
+) -> list[Message]:
+    """System and user messages for `Generator.chat`."""
+    return [
+        {"role": "system", "content": config.system_prompt},
+        {"role": "user", "content": user_prompt(task_description, harness, report, tools, config, count_tokens)},
+    ]

@@ -1,0 +1,1 @@
+"""The revision loop: states, candidates, selection, test-time adaptation."""

@@ -1,0 +1,96 @@
+"""Run metrics: one JSON line per step, TensorBoard event files, PNG plots at the end.
+
+Appending (not rewriting) the JSONL keeps everything written before a crash; a resumed run drops
+the lines of steps it is about to redo, so the file holds each step once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Mapping, Sequence
+
+import numpy as np
+
+# The curves a person looks at first; others are in the JSONL and TensorBoard.
+MAIN_CURVES = (
+    ("reward/mean", "reward"),
+    ("valid_rate", "edit validity"),
+    ("ran_rate", "runs without error"),
+    ("score/mean", "scoring-set score"),
+    ("loss", "loss"),
+    ("kl", "KL to reference"),
+    ("entropy", "entropy"),
+    ("sampler_logprob_gap", "|sampler - trainer| logprob"),
+)
+
+
+class MetricsWriter:
+    def __init__(self, directory: str, *, resume_from_step: int | None = None, tensorboard: bool = True):
+        os.makedirs(directory, exist_ok=True)
+        self.directory = directory
+        self.jsonl = os.path.join(directory, "metrics.jsonl")
+        if resume_from_step is not None and os.path.exists(self.jsonl):
+            kept = [r for r in read_jsonl(self.jsonl) if r.get("step", -1) <= resume_from_step]
+            with open(self.jsonl, "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in kept)
+        self._tb = None
+        if tensorboard:
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(os.path.join(directory, "tensorboard"), flush_secs=10)
+
+    def write(self, step: int, metrics: Mapping[str, float | int | str]) -> None:
+        row = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
+        with open(self.jsonl, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self._tb is not None:
+            for k, v in row.items():
+                if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
+                    self._tb.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _plain(v):
+    if isinstance(v, (np.generic, np.ndarray)) or hasattr(v, "item"):
+        v = np.asarray(v).item()
+    return v
+
+
+def read_jsonl(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def plot_curves(rows: Sequence[Mapping], out_png: str, curves=MAIN_CURVES, title: str = "") -> str | None:
+    """A grid of the main curves present in `rows`; returns the PNG path, or None if none are."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    present = [(k, label) for k, label in curves if any(isinstance(r.get(k), (int, float)) for r in rows)]
+    if not present:
+        return None
+    cols = min(3, len(present))
+    rows_n = math.ceil(len(present) / cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(4.2 * cols, 3.0 * rows_n), squeeze=False)
+    for ax, (key, label) in zip(axes.flat, present):
+        pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, lw=1.5)
+        ax.set_title(label)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(present):]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return out_png

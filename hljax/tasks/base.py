@@ -1,0 +1,86 @@
+"""The `Task` protocol shared by the Reasoning Gym and multi-hop QA suites, and its value types.
+
+A task owns its questions (split into feedback / scoring / eval, see splits.py), scores answers and
+supplies the tools a harness may call. Only `Question.text` ever enters the sandbox: the reference
+and the task's private data (`payload`) stay on the trusted side with the scorer and the tools.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterator, Literal, Mapping, Protocol
+
+from hljax.harness.contract import ToolSpec
+
+Split = Literal["feedback", "scoring", "eval"]
+SPLITS: tuple[Split, ...] = ("feedback", "scoring", "eval")
+
+
+@dataclasses.dataclass(frozen=True)
+class Question:
+    """One question of a task. Identity is `qid`; the other fields follow from it."""
+
+    qid: str  # Stable hashed id (splits.question_id): the unit of split assignment.
+    text: str  # Everything the harness sees, instructions included; never contains the reference.
+    answer: str  # The reference as shown in reports and logs; never sent to the sandbox.
+    # Task-private data for the scorer and the tools (a Reasoning Gym entry, a QA question's
+    # paragraphs and gold aliases). Excluded from equality and hashing: qid decides both.
+    payload: Any = dataclasses.field(default=None, compare=False, repr=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+    """The outcome of scoring one answer."""
+
+    value: float  # In [0, 1]; 0 when the answer could not be scored.
+    # The task's scorer raised on this answer (untrusted text makes some scorers raise): scored 0
+    # and reported as a scorer error, never as a harness crash. "" otherwise.
+    error: str = ""
+    # Why the answer scored 0 without an error, e.g. the requested answer format was not followed.
+    note: str = ""
+
+
+class Task(Protocol):
+    """What the revision loop needs from a task suite."""
+
+    @property
+    def name(self) -> str:
+        """Short unique name, e.g. "rg/gcd" or "hotpotqa"."""
+        ...
+
+    @property
+    def description(self) -> str:
+        """Task description text for the proposer prompt (never shows scoring or eval questions)."""
+        ...
+
+    @property
+    def tool_specs(self) -> tuple[ToolSpec, ...]:
+        """The tools harnesses may call, as the proposer reads them (empty if none)."""
+        ...
+
+    def questions(self, split: Split) -> Iterator[Question]:
+        """The split's configured number of questions, in a fixed order."""
+        ...
+
+    def feedback_round(self, round_index: int) -> list[Question]:
+        """Fresh feedback questions for revision round `round_index` (disjoint across rounds)."""
+        ...
+
+    def score(self, answer: str, question: Question) -> Score:
+        """Score an untrusted answer. Never raises: a scorer exception becomes `Score(0, error=...)`."""
+        ...
+
+    def tools(self, question: Question) -> Mapping[str, Callable[..., Any]]:
+        """The question's tool functions by name (keys match `tool_specs`); they return JSON values."""
+        ...
+
+
+def guarded(score_fn: Callable[[], float]) -> Score:
+    """Run a scorer; an exception or a non-finite or out-of-range value scores 0 with an error."""
+    try:
+        value = float(score_fn())
+    except Exception as e:  # noqa: BLE001 - untrusted answers make third-party scorers raise anything.
+        return Score(0.0, error=f"{type(e).__name__}: {e}")
+    if not 0.0 <= value <= 1.0:  # Also catches NaN.
+        return Score(0.0, error=f"scorer returned {value}, outside [0, 1]")
+    return Score(value)

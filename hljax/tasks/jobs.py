@@ -1,0 +1,49 @@
+"""Running a harness on a task's questions in the sandbox: questions become `Job`s, scores come back.
+
+Only the question text and the tools' names enter the sandbox. The reference goes into the job
+for the execution report, the tools are the question's own bound functions (run by the pool in
+the supervisor), and the scorer finds each question again by its id (the job's tag).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from hljax.tasks.base import Question, Task
+from sandbox.pool import SandboxPool
+from sandbox.results import Job, JobResult, Scorer
+
+
+class ScorerError(Exception):
+    """The task's scorer failed on an answer; the pool records it as a scorer error scoring 0."""
+
+
+def make_jobs(task: Task, code: str, questions: Sequence[Question]) -> list[Job]:
+    """One job per question, tagged with its id."""
+    if len({q.qid for q in questions}) != len(questions):
+        raise ValueError("questions repeat; the scorer finds them by id")
+    return [
+        Job(code=code, question=q.text, reference=q.answer, tools=dict(task.tools(q)) or None, tag=q.qid)
+        for q in questions
+    ]
+
+
+def make_scorer(task: Task, questions: Sequence[Question]) -> Scorer:
+    """The pool's scorer for jobs made from `questions`: `task.score`, its errors raised as ScorerError."""
+    by_qid = {q.qid: q for q in questions}
+
+    def score(answer: str, job: Job) -> float:
+        result = task.score(answer, by_qid[job.tag])
+        if result.error:
+            raise ScorerError(result.error)
+        return result.value
+
+    return score
+
+
+def run_harness(
+    pool: SandboxPool, task: Task, code: str, questions: Sequence[Question]
+) -> tuple[list[Job], list[JobResult]]:
+    """Run `code` on every question; the jobs come back too, for `ExecutionReport.from_results`."""
+    jobs = make_jobs(task, code, questions)
+    return jobs, pool.run(jobs, scorer=make_scorer(task, questions))

@@ -1,0 +1,206 @@
+"""Reasoning Gym families as tasks: the SFT / RL / held-out family registry and the per-family task.
+
+Questions come from reasoning-gym's own generators and are scored by its own `score_answer`; this
+module adds only the format variation (formats.py), the splits (splits.py) and a guard around the
+scorer, because some scorers raise on untrusted text (prime_factorization on a non-number).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterator, Literal, Mapping
+
+import ml_collections
+import reasoning_gym
+from reasoning_gym.factory import DATASETS
+
+from hljax.harness.contract import ToolSpec
+from hljax.tasks.base import Question, Score, Split, guarded
+from hljax.tasks.formats import FORMATS, check_format_names, choose_format, render_question
+from hljax.tasks.splits import QuestionSplits, SplitConfig, question_id
+
+Role = Literal["sft", "rl", "heldout"]
+ROLES: tuple[Role, ...] = ("sft", "rl", "heldout")
+
+
+def category(family: str) -> str:
+    """reasoning-gym's own category of a family: the package its generator lives in."""
+    return DATASETS[family][0].__module__.split(".")[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilyLists:
+    """The family registry: which families train the proposer (SFT, RL) and which are held out.
+
+    Checked on construction: every name is a reasoning-gym family and not excluded, no family is
+    in two lists, and no reasoning-gym category has families both in training and held out.
+    """
+
+    sft: tuple[str, ...]
+    rl: tuple[str, ...]
+    heldout: tuple[str, ...]
+    excluded: tuple[tuple[str, str], ...] = ()  # (family, why it is unfit), from the config file.
+
+    def __post_init__(self):
+        excluded = dict(self.excluded)
+        stale = sorted(n for n in excluded if n not in DATASETS)
+        if stale:
+            raise ValueError(f"excluded names that are not reasoning-gym families: {stale}")
+        valid = sorted(n for n in DATASETS if n not in excluded)
+        for role in ROLES:
+            names = self.families(role)
+            if not names:
+                raise ValueError(f"the {role} family list is empty")
+            repeated = sorted({n for n in names if names.count(n) > 1})
+            if repeated:
+                raise ValueError(f"the {role} list names these families twice: {repeated}")
+            unknown = [n for n in names if n not in DATASETS]
+            if unknown:
+                raise ValueError(f"unknown reasoning-gym families in the {role} list: {unknown}; valid names: {valid}")
+            unfit = {n: excluded[n] for n in names if n in excluded}
+            if unfit:
+                raise ValueError(f"excluded families in the {role} list: {unfit}")
+        for i, a in enumerate(ROLES):
+            for b in ROLES[i + 1 :]:
+                both = sorted(set(self.families(a)) & set(self.families(b)))
+                if both:
+                    raise ValueError(f"families in both the {a} and {b} lists: {both}")
+        training = {category(n) for n in self.sft + self.rl}
+        shared = sorted(n for n in self.heldout if category(n) in training)
+        if shared:
+            raise ValueError(
+                f"held-out families share a reasoning-gym category with training families: "
+                f"{[(n, category(n)) for n in shared]}; held-out families must differ in kind"
+            )
+
+    @classmethod
+    def from_config(cls, cfg: ml_collections.ConfigDict) -> FamilyLists:
+        """From a config with `sft`, `rl`, `heldout` lists and an `excluded` {family: reason} dict."""
+        return cls(
+            sft=tuple(cfg.sft),
+            rl=tuple(cfg.rl),
+            heldout=tuple(cfg.heldout),
+            excluded=tuple(sorted((str(k), str(v)) for k, v in cfg.excluded.items())),
+        )
+
+    def families(self, role: Role) -> tuple[str, ...]:
+        return {"sft": self.sft, "rl": self.rl, "heldout": self.heldout}[role]
+
+    def role(self, family: str) -> Role:
+        for r in ROLES:
+            if family in self.families(r):
+                return r
+        raise KeyError(f"{family!r} is in no family list")
+
+
+@dataclasses.dataclass(frozen=True)
+class RGTaskConfig:
+    """One Reasoning Gym family as a task."""
+
+    family: str
+    generator_seed: int = 0  # reasoning-gym dataset seed; question i comes from Random(seed + i).
+    # Generator indices drawn at most; a split that runs out of distinct questions before its size
+    # is reached raises SplitExhausted rather than scanning forever.
+    pool_size: int = 20_000
+    formats: tuple[str, ...] = tuple(FORMATS)  # Answer formats questions are rendered in.
+    format_seed: int = 0  # Picks each question's format, intro and phrasing from its id.
+    splits: SplitConfig = SplitConfig()
+
+    def __post_init__(self):
+        if self.family not in DATASETS:
+            raise ValueError(f"unknown reasoning-gym family {self.family!r}; valid names: {sorted(DATASETS)}")
+        if self.pool_size < 1:
+            raise ValueError(f"pool_size must be >= 1, got {self.pool_size}")
+        check_format_names(self.formats)
+
+
+@dataclasses.dataclass(frozen=True)
+class RGPayload:
+    """What the scorer needs: reasoning-gym's entry (with its metadata) and the requested format."""
+
+    entry: Mapping[str, Any]
+    format: str
+
+
+_DESCRIPTION = """\
+Reasoning Gym task family "{family}" (category: {category}). Each question is a procedurally \
+generated problem followed by an answer-format demand: the final answer must be written {formats}, \
+as each question says. The harness's return value is graded: the answer is read out of it in the \
+demanded format (a reply that ignores the format scores 0) and scored by reasoning-gym's own \
+scorer, from 0 to 1.
+
+An example question:
+{example}"""
+
+
+class ReasoningGymTask:
+    """A Reasoning Gym family: its generator, format-varied questions, splits and scorer."""
+
+    def __init__(self, config: RGTaskConfig):
+        self.config = config
+        self._dataset = reasoning_gym.create_dataset(config.family, seed=config.generator_seed, size=config.pool_size)
+        self._splits = QuestionSplits(self._stream(), config.splits, self.name)
+
+    @property
+    def name(self) -> str:
+        return f"rg/{self.config.family}"
+
+    @property
+    def description(self) -> str:
+        # The example is the first feedback question: feedback questions are shown in reports anyway.
+        example = self._splits.take("feedback", 1)[0].text
+        summaries = [FORMATS[f].summary for f in self.config.formats]
+        formats = summaries[0] if len(summaries) == 1 else ", ".join(summaries[:-1]) + " or " + summaries[-1]
+        return _DESCRIPTION.format(
+            family=self.config.family, category=category(self.config.family), formats=formats, example=example
+        )
+
+    @property
+    def tool_specs(self) -> tuple[ToolSpec, ...]:
+        return ()
+
+    def questions(self, split: Split) -> Iterator[Question]:
+        return iter(self._splits.questions(split))
+
+    def feedback_round(self, round_index: int) -> list[Question]:
+        return self._splits.feedback_round(round_index)
+
+    def take(self, split: Split, n: int, start: int = 0) -> list[Question]:
+        """Any window of a split, e.g. more evaluation questions than configured."""
+        return self._splits.take(split, n, start)
+
+    def question_at(self, index: int, fmt: str | None = None) -> Question:
+        """Generator entry `index` as a question, in format `fmt` (default: its seeded format)."""
+        return self._question(self._dataset[index], fmt)
+
+    def score(self, answer: str, question: Question) -> Score:
+        payload: RGPayload = question.payload
+        extracted = FORMATS[payload.format].extract(answer)
+        if extracted is None:
+            return Score(0.0, note=f"the answer is not in the requested format ({payload.format})")
+        return guarded(lambda: self._dataset.score_answer(extracted, dict(payload.entry)))
+
+    def tools(self, question: Question) -> Mapping[str, Any]:
+        return {}
+
+    def _stream(self) -> Iterator[Question]:
+        for index in range(self.config.pool_size):
+            yield self._question(self._dataset[index], None)
+
+    def _question(self, entry: Mapping[str, Any], fmt: str | None) -> Question:
+        qid = question_id(self.name, entry["question"])
+        if fmt is None:
+            fmt = choose_format(qid, self.config.format_seed, self.config.formats)
+        elif fmt not in FORMATS:
+            raise ValueError(f"unknown answer format {fmt!r}; valid: {sorted(FORMATS)}")
+        return Question(
+            qid=qid,
+            text=render_question(entry["question"], qid, self.config.format_seed, fmt),
+            answer=FORMATS[fmt].render(str(entry["answer"])),
+            payload=RGPayload(entry=entry, format=fmt),
+        )
+
+
+def family_tasks(lists: FamilyLists, role: Role, base: RGTaskConfig) -> dict[str, ReasoningGymTask]:
+    """One task per family of `role`, each `base` with its family swapped in."""
+    return {f: ReasoningGymTask(dataclasses.replace(base, family=f)) for f in lists.families(role)}

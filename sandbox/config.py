@@ -1,0 +1,81 @@
+"""Configuration of the sandbox pool and of the solver broker."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from hljax.generate.types import SamplingParams
+
+Isolation = Literal["bwrap", "rlimits_only"]
+PromptMode = Literal["chat", "raw"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxConfig:
+    """How harness code is isolated and limited. Defaults suit 2-core CPU machines."""
+
+    # "bwrap": fork servers run under bubblewrap (new pid and net namespaces, no capabilities,
+    # read-only system, private tmpfs). "rlimits_only": no namespaces, only per-job rlimits and the
+    # seccomp filter; as root this does not protect the machine, so the pool warns loudly.
+    isolation: Isolation = "bwrap"
+    workers: int = 2  # Fork servers; a dead one takes only its own running jobs down.
+    slots_per_worker: int = 4  # Jobs running at once in one fork server.
+    timeout_s: float = 10.0  # Wall clock of the job's own running, not counting brokered calls.
+    memory_bytes: int = 1 << 30  # RLIMIT_AS per job; threads' stacks count against it.
+    file_size_bytes: int = 16 << 20  # RLIMIT_FSIZE per job.
+    open_files: int = 64  # RLIMIT_NOFILE per job.
+    tmpfs_bytes: int = 256 << 20  # Size of the private /tmp shared by one fork server's jobs (bwrap).
+    output_tail_bytes: int = 8192  # Of each of stdout and stderr, the last bytes kept per job.
+    max_message_bytes: int = 4 << 20  # Largest frame a job may send (a prompt batch, an answer).
+    max_answer_chars: int = 100_000
+    max_traceback_frames: int = 5
+    kill_grace_s: float = 2.0  # After a kill request, how long before the whole worker is replaced.
+    start_timeout_s: float = 20.0  # For a fork server to report ready.
+    # Imported once in the fork server so jobs start warm. Never modules that register at-fork
+    # hooks (threading, random and what imports them): every job would pay for the hooks.
+    preload: tuple[str, ...] = (
+        "re", "json", "math", "collections", "itertools", "functools", "string", "textwrap",
+        "dataclasses", "typing", "ast", "traceback",
+    )  # fmt: skip
+    extra_ro_binds: tuple[str, ...] = ()  # More host paths visible read-only in the sandbox.
+
+    def __post_init__(self):
+        if self.isolation not in ("bwrap", "rlimits_only"):
+            raise ValueError(f"isolation must be 'bwrap' or 'rlimits_only', got {self.isolation!r}")
+        for name in ("workers", "slots_per_worker", "open_files", "output_tail_bytes", "max_traceback_frames"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.timeout_s <= 0 or self.kill_grace_s <= 0 or self.start_timeout_s <= 0:
+            raise ValueError("timeout_s, kill_grace_s and start_timeout_s must be > 0")
+        if self.memory_bytes < 64 << 20:
+            raise ValueError(f"memory_bytes below 64 MiB cannot run Python, got {self.memory_bytes}")
+
+    @property
+    def cpu_seconds(self) -> int:
+        """RLIMIT_CPU: a backstop for the deadline (which pauses during brokered calls), never the cause."""
+        return int(2 * self.timeout_s) + 2
+
+
+@dataclasses.dataclass(frozen=True)
+class SolverConfig:
+    """How `solver.generate` calls from harnesses become `Generator` requests, and their budgets."""
+
+    # "chat": a prompt becomes one user turn, rendered with the solver's chat template
+    # (`Generator.chat`); right for instruct solvers such as Qwen3. "raw": `Generator.generate`.
+    prompt_mode: PromptMode = "chat"
+    enable_thinking: bool = False  # Passed to `Generator.chat`; Qwen3's thinking mode.
+    sampling: SamplingParams = SamplingParams(max_new_tokens=1024, temperature=0.7, top_p=0.8, top_k=20)
+    max_new_tokens_cap: int = 4096  # A harness may ask for at most this many tokens per completion.
+    max_calls: int = 16  # Per job: completions requested (a batch of k prompts counts k).
+    max_tokens: int = 16384  # Per job: completion tokens; max_new_tokens is cut to what is left.
+    max_tool_calls: int = 64  # Per job.
+    batch_window_s: float = 0.005  # How long a call may wait for others to share a Generator batch.
+
+    def __post_init__(self):
+        if self.prompt_mode not in ("chat", "raw"):
+            raise ValueError(f"prompt_mode must be 'chat' or 'raw', got {self.prompt_mode!r}")
+        if min(self.max_new_tokens_cap, self.max_calls, self.max_tokens) < 1 or self.max_tool_calls < 0:
+            raise ValueError("max_new_tokens_cap, max_calls and max_tokens must be >= 1, max_tool_calls >= 0")
+        if self.batch_window_s < 0:
+            raise ValueError(f"batch_window_s must be >= 0, got {self.batch_window_s}")

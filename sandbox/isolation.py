@@ -1,0 +1,119 @@
+"""The command line that starts one fork server: under bubblewrap, or bare (rlimits only).
+
+The bubblewrap layout: new pid, net, ipc and uts namespaces; all capabilities dropped; the sandbox
+dies with its parent; a read-only view of /usr (with the /bin, /lib, ... links of a merged-/usr
+system), of the Python install and of this package; a fresh /proc and a minimal /dev; a private,
+size-capped tmpfs at /tmp for work dirs; everything else absent (no /etc, no /home, no /root, no
+repository); the environment scrubbed to a fixed allow-list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import sys
+
+from sandbox import seccomp
+from sandbox.config import SandboxConfig
+
+log = logging.getLogger(__name__)
+
+SANDBOX_ROOT = "/opt/hljax"  # Where the `sandbox` package appears inside bubblewrap.
+JOBS_DIR = "/tmp/jobs"
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
+
+
+class SandboxUnavailable(RuntimeError):
+    """The configured isolation cannot be set up on this machine."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchSpec:
+    """What `subprocess.Popen` needs to start one fork server."""
+
+    argv: tuple[str, ...]
+    env: dict
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+def _bootstrap(paths: list[str], config_json: str) -> list[str]:
+    python = os.path.realpath(sys.executable)
+    code = f"import sys; sys.path[:0] = {paths!r}; from sandbox.worker import main; main()"
+    # -I: no environment or user site; -S: no site-packages (their .pth files import threading);
+    # -B: the package is read-only.
+    return [python, "-I", "-S", "-B", "-c", code, config_json]
+
+
+def _worker_config(config: SandboxConfig, control_fd: int, tmp_root: str) -> str:
+    limits = {
+        "address_space_bytes": config.memory_bytes,
+        "cpu_seconds": config.cpu_seconds,
+        "file_size_bytes": config.file_size_bytes,
+        "open_files": config.open_files,
+    }
+    program = seccomp.job_program()
+    return json.dumps(
+        {
+            "control_fd": control_fd,
+            "tmp_root": tmp_root,
+            "limits": limits,
+            "seccomp": {"bpf": program.bpf.hex(), "pid_offsets": list(program.pid_offsets)},
+            "max_frames": config.max_traceback_frames,
+            "max_answer_chars": config.max_answer_chars,
+            "preload": list(config.preload),
+        }
+    )
+
+
+def _system_binds() -> list[str]:
+    """Read-only /usr plus the top-level links (or dirs) a dynamically linked Python needs."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib64", "/lib32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    return args
+
+
+def bwrap_launch(config: SandboxConfig, control_fd: int) -> LaunchSpec:
+    """Fork server under bubblewrap. SandboxUnavailable if bwrap is not installed."""
+    bwrap = bwrap_path()
+    if bwrap is None:
+        raise SandboxUnavailable(
+            "bwrap not found on PATH: install the Debian package 'bubblewrap', or set "
+            "SandboxConfig(isolation='rlimits_only') to run without namespaces (unsafe as root)"
+        )
+    args = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
+    args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
+    for key, value in _ENV.items():
+        args += ["--setenv", key, value]
+    args += _system_binds()
+    for path in (os.path.realpath(sys.base_prefix), os.path.dirname(os.path.realpath(sys.executable))):
+        if path != "/usr" and not path.startswith("/usr/"):  # /usr is bound already.
+            args += ["--ro-bind", path, path]
+    args += ["--ro-bind", _PACKAGE_DIR, f"{SANDBOX_ROOT}/sandbox"]
+    for path in config.extra_ro_binds:
+        args += ["--ro-bind", path, path]
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(config.tmpfs_bytes), "--tmpfs", "/tmp"]
+    args += ["--remount-ro", "/", "--chdir", "/tmp", "--"]
+    argv = args + _bootstrap([SANDBOX_ROOT], _worker_config(config, control_fd, JOBS_DIR))
+    return LaunchSpec(argv=tuple(argv), env={})
+
+
+def bare_launch(config: SandboxConfig, control_fd: int, tmp_root: str) -> LaunchSpec:
+    """Fork server without namespaces: jobs still get rlimits and the seccomp filter, nothing more."""
+    log.warning(
+        "SANDBOX ISOLATION IS OFF (isolation='rlimits_only'): harness code runs without pid/net/mount "
+        "namespaces, with this machine's filesystem visible. Only rlimits and seccomp stand between "
+        "harness code and this machine. Use isolation='bwrap' for untrusted code."
+    )
+    argv = _bootstrap([os.path.dirname(_PACKAGE_DIR)], _worker_config(config, control_fd, tmp_root))
+    return LaunchSpec(argv=tuple(argv), env=dict(_ENV))

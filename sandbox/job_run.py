@@ -1,0 +1,231 @@
+"""The supervisor's record of one running job: channel buffers, clock, counts, and its final result."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from typing import Sequence
+
+from hljax.generate.types import Completion
+from sandbox import protocol
+from sandbox.broker import Budget
+from sandbox.config import SandboxConfig
+from sandbox.results import HarnessError, Job, JobResult
+
+_MAX_ERROR_MESSAGE = 2000
+_MAX_TRACEBACK = 8000
+
+
+def describe_exit(status: int | None) -> str:
+    """Why a job process that sent no result ended, from its wait status."""
+    if status is None:
+        return "no exit status"
+    code = os.waitstatus_to_exitcode(status)
+    if code >= 0:
+        return f"exited with status {code} without sending a result"
+    sig = signal.Signals(-code)
+    if sig == signal.SIGKILL:
+        return "killed by SIGKILL (CPU-time limit or out of memory)"
+    if sig == signal.SIGXCPU:
+        return "killed by SIGXCPU (CPU-time limit)"
+    return f"killed by signal {sig.name}"
+
+
+class JobRun:
+    """Mutable state of one job between spawn and exit; `finish()` freezes it into a JobResult.
+
+    `fds` are the supervisor's ends of the job's four pipes, non-blocking: "to" (requests' replies,
+    written here), "from" (the job's messages), "out" and "err" (its stdout and stderr). -1 once closed.
+    """
+
+    def __init__(self, key: int, index: int, job: Job, worker, fds: dict[str, int], budget: Budget,
+                 config: SandboxConfig):  # fmt: skip
+        self.key, self.index, self.job, self.worker = key, index, job, worker
+        self.fds = fds
+        self.budget = budget
+        self.config = config
+        self.reader = protocol.FrameReader(config.max_message_bytes)
+        self.outbuf = bytearray()
+        self.channel_eof = False  # The job closed (or lost) its end of the channel.
+        self.tails = {"out": bytearray(), "err": bytearray()}
+        self.nbytes = {"out": 0, "err": 0}
+        self.run_s = 0.0
+        self.running_since: float | None = time.monotonic()  # None while a brokered call is pending.
+        self.waiting = False
+        self.solver_calls = self.prompt_tokens = self.completion_tokens = self.tool_calls = 0
+        self.result: dict | None = None
+        self.violation = ""
+        self.timed_out = False
+        self.infra = ""
+        self.kill_sent_at: float | None = None
+        self.has_exited = False
+        self.exit_status: int | None = None
+        self.maxrss_kb = 0
+
+    # ----- channel ---------------------------------------------------------------------------
+
+    def close(self, kind: str) -> None:
+        if self.fds[kind] >= 0:
+            os.close(self.fds[kind])
+            self.fds[kind] = -1
+
+    @property
+    def wants_write(self) -> bool:
+        return bool(self.outbuf) and self.fds["to"] >= 0
+
+    def send(self, msg: dict) -> None:
+        self.outbuf += protocol.encode(msg)
+        self.flush()
+
+    def flush(self) -> None:
+        if self.fds["to"] < 0:
+            self.outbuf.clear()
+            return
+        try:
+            n = os.write(self.fds["to"], self.outbuf)
+            del self.outbuf[:n]
+        except BlockingIOError:
+            pass
+        except OSError:  # The job closed its end: nothing more reaches it.
+            self.outbuf.clear()
+            self.close("to")
+
+    def read_messages(self) -> list[dict]:
+        """Whatever complete messages the job has sent; a malformed stream marks a violation."""
+        msgs = []
+        while self.fds["from"] >= 0 and not self.violation:
+            try:
+                data = os.read(self.fds["from"], 1 << 16)
+            except BlockingIOError:
+                break
+            if not data:
+                self.channel_eof = True
+                break
+            try:
+                msgs += self.reader.feed(data)
+            except protocol.ProtocolError as e:
+                self.violate(str(e))
+        return msgs
+
+    def add_output(self, kind: str, data: bytes) -> None:
+        tail, keep = self.tails[kind], self.config.output_tail_bytes
+        self.nbytes[kind] += len(data)
+        tail += data[-keep:]
+        if len(tail) > 2 * keep:
+            del tail[:-keep]
+
+    # ----- events ----------------------------------------------------------------------------
+
+    def violate(self, reason: str) -> None:
+        if not self.violation:
+            self.violation = f"protocol violation: {reason}"
+
+    def set_result(self, msg: dict) -> None:
+        answer, error = msg.get("answer"), msg.get("error")
+        if self.result is not None:
+            self.violate("sent a second result")
+        elif isinstance(answer, str) and len(answer) <= self.config.max_answer_chars:
+            self.result = {"answer": answer}
+        elif isinstance(error, dict) and all(isinstance(error.get(k), str) for k in ("type", "message", "traceback")):
+            self.result = {"error": error}
+        else:
+            self.violate("malformed or oversized result")
+
+    def pause(self) -> None:
+        """A brokered call is pending: stop the job's clock."""
+        now = time.monotonic()
+        if self.running_since is not None:
+            self.run_s += now - self.running_since
+        self.running_since = None
+        self.waiting = True
+
+    def answer_call(self, completions: Sequence[Completion]) -> None:
+        """Charge the budget, reply with the texts, restart the clock."""
+        used = sum(len(c.token_ids) for c in completions)
+        self.solver_calls += len(completions)
+        self.prompt_tokens += sum(c.prompt_tokens for c in completions)
+        self.completion_tokens += used
+        self.budget.calls -= len(completions)
+        self.budget.tokens -= used
+        self.waiting = False
+        self.running_since = time.monotonic()
+        self.send({"t": "reply", "value": [c.text for c in completions]})
+
+    def over_deadline(self, now: float) -> bool:
+        return self.elapsed(now) > self.config.timeout_s
+
+    def elapsed(self, now: float) -> float:
+        return self.run_s + (now - self.running_since if self.running_since is not None else 0.0)
+
+    def next_event(self, now: float) -> float:
+        """Seconds until this run needs attention (deadline or kill grace), inf if none."""
+        if self.has_exited:
+            return math.inf
+        if self.kill_sent_at is not None:
+            return self.kill_sent_at + self.config.kill_grace_s - now
+        if self.running_since is None:
+            return math.inf
+        return self.config.timeout_s - self.elapsed(now)
+
+    def time_out(self) -> None:
+        self.run_s = self.elapsed(time.monotonic())
+        self.running_since = None
+        self.timed_out = True
+
+    def fail_infra(self, reason: str) -> None:
+        if not self.infra:
+            self.infra = reason
+
+    def exited(self, status: int | None, maxrss_kb: int) -> None:
+        if self.running_since is not None:
+            self.run_s = self.elapsed(time.monotonic())
+            self.running_since = None
+        self.has_exited = True
+        self.exit_status = status
+        self.maxrss_kb = maxrss_kb
+
+    @property
+    def kill_sent(self) -> bool:
+        return self.kill_sent_at is not None
+
+    # ----- outcome ---------------------------------------------------------------------------
+
+    def finish(self) -> JobResult:
+        status, reason, answer, error = "crashed", "", None, None
+        if self.infra:
+            status, reason = "infra_error", self.infra
+        elif self.timed_out and self.result is None:
+            status, reason = "timeout", f"ran past the {self.config.timeout_s:g}s deadline and was killed"
+        elif self.violation:
+            reason = self.violation
+        elif self.result is not None and "answer" in self.result:
+            status, answer = "ok", self.result["answer"]
+        elif self.result is not None:
+            e = self.result["error"]
+            status = "error"
+            error = HarnessError(e["type"][:200], e["message"][:_MAX_ERROR_MESSAGE], e["traceback"][-_MAX_TRACEBACK:])
+        else:
+            reason = describe_exit(self.exit_status)
+        return JobResult(
+            tag=self.job.tag,
+            status=status,
+            answer=answer,
+            score=None,
+            error=error,
+            reason=reason,
+            stdout_tail=self._tail("out"),
+            stderr_tail=self._tail("err"),
+            stdout_bytes=self.nbytes["out"],
+            stderr_bytes=self.nbytes["err"],
+            solver_calls=self.solver_calls,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            tool_calls=self.tool_calls,
+            run_s=round(self.run_s, 4),
+            maxrss_kb=self.maxrss_kb,
+        )
+
+    def _tail(self, kind: str) -> str:
+        return bytes(self.tails[kind][-self.config.output_tail_bytes :]).decode("utf-8", "replace")

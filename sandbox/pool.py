@@ -1,0 +1,457 @@
+"""`SandboxPool`: the trusted supervisor that runs many (harness, question) jobs at once.
+
+Layers, outermost first:
+1. this supervisor (trusted, in the caller's process): wall-clock deadlines, output caps, the
+   solver/tool broker with per-job budgets and counts, scoring. References never leave it.
+2. fork servers (`sandbox.worker`), each a long-lived process under bubblewrap (`isolation.py`).
+3. one forked child per job, confined by rlimits and a seccomp filter (`jail.py`) before it runs
+   the harness (`runner.py`).
+Each job child talks to this supervisor over its own four pipes (requests, replies, stdout,
+stderr), handed to the fork server as descriptors; the fork server only forks, kills and reports
+exits. Pipes rather than a socketpair: closing a unix socket while others are in flight between
+processes runs the kernel's unix-socket garbage collector, which cost ~30 us per job here.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import math
+import os
+import selectors
+import socket
+import subprocess
+import tempfile
+import time
+from typing import Sequence
+
+from hljax.generate.types import Generator
+from sandbox import isolation, protocol
+from sandbox.broker import Broker, Budget, CallRefused, make_call
+from sandbox.config import SandboxConfig, SolverConfig
+from sandbox.job_run import JobRun
+from sandbox.results import Job, JobResult, Scorer
+
+log = logging.getLogger(__name__)
+
+_READ_CHUNK = 1 << 20
+
+
+class _Worker:
+    """One fork server process and the control channel to it."""
+
+    def __init__(self, index: int, proc: subprocess.Popen, control: socket.socket, log_file):
+        self.index = index
+        self.proc = proc
+        self.control = control
+        self.log_file = log_file  # The fork server's own stderr, for the reason when it dies.
+        self.runs: set[int] = set()  # Keys of the job runs it holds now.
+
+    def log_tail(self, n: int = 2000) -> str:
+        self.log_file.seek(0)
+        return self.log_file.read().decode("utf-8", "replace")[-n:].strip()
+
+    def stop(self) -> None:
+        self.control.close()
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log_file.close()
+
+
+class SandboxPool:
+    """Runs harness code on many jobs at once and returns one `JobResult` per job, always.
+
+    `generator` serves the harnesses' solver calls (see `SolverConfig` for how a call maps onto it).
+    A job's `tools` are run here, in the supervisor's thread, when its harness calls them.
+    """
+
+    def __init__(self, config: SandboxConfig, generator: Generator, solver: SolverConfig = SolverConfig()):
+        self.config = config
+        self.solver = solver
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
+        self._broker = Broker(generator, solver, self._wake_w)
+        self._tmp = tempfile.TemporaryDirectory(prefix="hljax-sandbox-") if config.isolation == "rlimits_only" else None
+        self._next_key = 0
+        self._runs: dict[int, JobRun] = {}
+        self._workers: list[_Worker | None] = [None] * config.workers
+        self._closed = False
+        try:
+            for i, worker in enumerate(self._start_workers(range(config.workers))):
+                self._workers[i] = worker
+        except BaseException:
+            self.close()
+            raise
+
+    # ----- lifecycle -------------------------------------------------------------------------
+
+    def _launch(self, index: int) -> _Worker:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        if self.config.isolation == "bwrap":
+            spec = isolation.bwrap_launch(self.config, theirs.fileno())
+        else:
+            spec = isolation.bare_launch(self.config, theirs.fileno(), os.path.join(self._tmp.name, str(index)))
+        log_file = tempfile.TemporaryFile()
+        proc = subprocess.Popen(
+            spec.argv, env=spec.env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+            stdout=log_file, stderr=log_file, start_new_session=True,
+        )  # fmt: skip
+        theirs.close()
+        return _Worker(index, proc, ours, log_file)
+
+    def _start_workers(self, indices) -> list[_Worker]:
+        """Launch fork servers in parallel and wait for each to report ready."""
+        workers = [self._launch(i) for i in indices]
+        deadline = time.monotonic() + self.config.start_timeout_s
+        for w in workers:
+            w.control.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                msg, _ = protocol.recv_control(w.control)
+            except (TimeoutError, OSError, protocol.ProtocolError) as e:
+                msg = None
+                log.error("sandbox worker %d did not start: %s", w.index, e)
+            if msg is None or msg.get("t") != "ready":
+                tail = w.log_tail()
+                for x in workers:
+                    x.proc.kill()
+                    x.stop()
+                raise isolation.SandboxUnavailable(f"sandbox worker failed to start: {tail or 'no output'}")
+            w.control.setblocking(False)
+            self._selector.register(w.control, selectors.EVENT_READ, ("control", w))
+        return workers
+
+    def close(self) -> None:
+        """Stop the fork servers and the broker thread. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for w in self._workers:
+            if w is not None:
+                self._selector.unregister(w.control)
+                w.stop()
+        self._broker.close()
+        self._selector.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def __enter__(self) -> SandboxPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Host pids of the fork servers' outermost processes (bwrap or python)."""
+        return [w.proc.pid for w in self._workers if w is not None]
+
+    # ----- running jobs ----------------------------------------------------------------------
+
+    def run(self, jobs: Sequence[Job], scorer: Scorer | None = None) -> list[JobResult]:
+        """Run every job; results in job order. `scorer(answer, job)` scores each "ok" result."""
+        if self._closed:
+            raise RuntimeError("the pool is closed")
+        for job in jobs:
+            for name in job.tools or {}:
+                if not name.isidentifier() or name == "solve":
+                    raise ValueError(f"tool name {name!r} must be an identifier other than 'solve'")
+        queued = collections.deque(range(len(jobs)))
+        results: list[JobResult | None] = [None] * len(jobs)
+        calls = []  # Calls waiting for the broker.
+        try:
+            while queued or self._runs:
+                self._fill_slots(jobs, queued, results)
+                self._select(calls)
+                now = time.monotonic()
+                for run in list(self._runs.values()):
+                    self._check_deadlines(run, now)
+                self._dispatch(calls, now)
+                for key in [k for k, r in self._runs.items() if r.has_exited]:
+                    run = self._runs.pop(key)
+                    run.worker.runs.discard(key)
+                    results[run.index] = run.finish()
+        except BaseException:  # A bug or KeyboardInterrupt: leave no job running behind us.
+            for w in list(self._workers):
+                if w is not None and w.runs:
+                    self._replace_worker(w, "run() was interrupted")
+            self._runs.clear()
+            raise
+        return [self._score(r, jobs[i], scorer) for i, r in enumerate(results)]
+
+    def _fill_slots(self, jobs: Sequence[Job], queued: collections.deque, results: list) -> None:
+        if not any(w is not None for w in self._workers):
+            while queued:
+                i = queued.popleft()
+                results[i] = JobResult(jobs[i].tag, "infra_error", None, None, reason="no sandbox worker is running")
+            return
+        for i in range(len(self._workers)):
+            # Re-read the slot each time: a failed spawn replaces the worker.
+            while queued and (w := self._workers[i]) is not None and len(w.runs) < self.config.slots_per_worker:
+                self._spawn(w, queued.popleft(), jobs)
+
+    def _spawn(self, worker: _Worker, index: int, jobs: Sequence[Job]) -> None:
+        key, self._next_key = self._next_key, self._next_key + 1
+        to_job_r, to_job_w = os.pipe2(os.O_CLOEXEC)
+        from_job_r, from_job_w = os.pipe2(os.O_CLOEXEC)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        ours = {"to": to_job_w, "from": from_job_r, "out": out_r, "err": err_r}
+        for fd in ours.values():
+            os.set_blocking(fd, False)
+        job = jobs[index]
+        run = JobRun(key, index, job, worker, ours, Budget.of(self.solver), self.config)
+        self._runs[key] = run
+        worker.runs.add(key)
+        for kind in ("from", "out", "err"):
+            self._selector.register(ours[kind], selectors.EVENT_READ, (kind, run))
+        theirs = (to_job_r, from_job_w, out_w, err_w)  # The order jail.confine expects.
+        try:
+            protocol.send_control(worker.control, {"t": "spawn", "job": key}, theirs)
+        except OSError as e:
+            self._replace_worker(worker, f"spawn request failed: {e}")  # Ends this run as infra_error.
+            return
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        run.send({"t": "job", "code": job.code, "question": job.question, "tools": sorted(job.tools or {})})
+        self._watch_writes(run)
+
+    def _select(self, calls: list) -> None:
+        for key, mask in self._selector.select(self._select_timeout(calls)):
+            kind, obj = key.data
+            # An earlier event of this batch may have closed this one's descriptor (a job's exit).
+            if kind == "wake":
+                self._on_wake()
+            elif kind == "control":
+                if self._workers[obj.index] is obj:
+                    self._on_control(obj)
+            elif key.fd != obj.fds[kind]:
+                continue
+            elif kind == "from":
+                self._on_messages(obj, calls)
+            elif kind == "to":
+                obj.flush()
+                self._watch_writes(obj)
+            else:
+                self._on_output(obj, kind)
+
+    def _select_timeout(self, calls: list) -> float:
+        now = time.monotonic()
+        waits = [1.0]
+        for run in self._runs.values():
+            waits.append(run.next_event(now))
+        if calls and not self._broker.busy:
+            waits.append(calls[0][1] + self.solver.batch_window_s - now)
+        return max(0.0, min(waits))
+
+    def _on_wake(self) -> None:
+        try:
+            os.read(self._wake_r, 4096)
+        except BlockingIOError:
+            pass
+        for served in self._broker.collect():
+            run = self._runs.get(served.call.key)
+            if run is None or run.has_exited:
+                continue  # Killed or finished while its call was served.
+            if served.failure:
+                run.fail_infra(f"the Generator failed: {served.failure}")
+                self._kill(run)
+            else:
+                run.answer_call(served.completions)
+                self._watch_writes(run)
+
+    def _on_control(self, worker: _Worker) -> None:
+        while True:
+            try:
+                msg, _ = protocol.recv_control(worker.control)
+            except BlockingIOError:
+                return
+            except (OSError, protocol.ProtocolError):
+                msg = None
+            if msg is None:
+                self._replace_worker(worker, "control channel closed")
+                return
+            run = self._runs.get(msg.get("job"))
+            if run is None:
+                continue
+            if msg["t"] == "exited":
+                self._drain(run)
+                run.exited(msg["status"], msg.get("maxrss_kb", 0))
+                self._unregister(run)
+            elif msg["t"] == "spawn_failed":
+                run.fail_infra(f"fork failed in the sandbox worker: {msg.get('error')}")
+                self._drain(run)
+                run.exited(None, 0)
+                self._unregister(run)
+
+    def _on_messages(self, run: JobRun, calls: list) -> None:
+        for msg in run.read_messages():
+            self._handle(run, msg, calls)
+        if run.violation and not run.kill_sent:
+            self._kill(run)
+        if run.channel_eof:  # Nothing more will come; stop watching it (EOF stays readable forever).
+            self._selector.unregister(run.fds["from"])
+            run.close("from")
+        self._watch_writes(run)
+
+    def _handle(self, run: JobRun, msg: dict, calls: list) -> None:
+        t = msg["t"]
+        if t == "result":
+            run.set_result(msg)
+        elif run.waiting:
+            run.violate("sent a request while another was outstanding")
+        elif t == "generate":
+            try:
+                call = make_call(run.key, msg, self.solver, run.budget)
+            except CallRefused as e:
+                run.send({"t": "refused", "kind": e.kind, "message": str(e)})
+                return
+            run.pause()
+            calls.append((call, time.monotonic()))
+        elif t == "tool":
+            reply = self._call_tool(run, msg)
+            try:
+                run.send(reply)
+            except (TypeError, ValueError) as e:  # Not JSON: the tool's fault, not the harness's.
+                run.fail_infra(f"tool {msg.get('name')!r} returned a value that is not JSON: {e}")
+                self._kill(run)
+        else:
+            run.violate(f"unknown message type {t!r}")
+
+    def _call_tool(self, run: JobRun, msg: dict) -> dict:
+        tools = run.job.tools or {}
+        name, args, kwargs = msg.get("name"), msg.get("args"), msg.get("kwargs")
+        if name not in tools or not isinstance(args, list) or not isinstance(kwargs, dict):
+            return {"t": "refused", "kind": "invalid", "message": f"no tool {name!r} or malformed arguments"}
+        if run.budget.tool_calls < 1:
+            return {"t": "refused", "kind": "budget", "message": "tool call budget spent"}
+        run.budget.tool_calls -= 1
+        run.tool_calls += 1
+        try:
+            value = tools[name](*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - bad arguments from the harness land here; it sees the error.
+            return {"t": "refused", "kind": "tool", "message": f"{name} raised {type(e).__name__}: {e}"}
+        return {"t": "reply", "value": value}
+
+    def _on_output(self, run: JobRun, kind: str) -> None:
+        try:
+            data = os.read(run.fds[kind], _READ_CHUNK)
+        except BlockingIOError:
+            return
+        if data:
+            run.add_output(kind, data)
+        else:
+            self._selector.unregister(run.fds[kind])
+            run.close(kind)
+
+    def _drain(self, run: JobRun) -> None:
+        """Read what a dead job left in its channel and pipes (it no longer writes)."""
+        for msg in run.read_messages():
+            if msg["t"] == "result":
+                run.set_result(msg)
+        for kind in ("out", "err"):
+            while run.fds[kind] >= 0:
+                try:
+                    data = os.read(run.fds[kind], _READ_CHUNK)
+                except BlockingIOError:
+                    break
+                if not data:
+                    break
+                run.add_output(kind, data)
+
+    def _unregister(self, run: JobRun) -> None:
+        for kind, fd in run.fds.items():
+            if fd >= 0:
+                try:
+                    self._selector.unregister(fd)
+                except KeyError:  # "to" is registered only while replies wait to be written.
+                    pass
+                run.close(kind)
+
+    def _watch_writes(self, run: JobRun) -> None:
+        """Watch the "to" pipe for writability exactly while replies are waiting to go out."""
+        fd = run.fds["to"]
+        if fd < 0:
+            return
+        watched = fd in self._selector.get_map()
+        if run.wants_write and not watched:
+            self._selector.register(fd, selectors.EVENT_WRITE, ("to", run))
+        elif not run.wants_write and watched:
+            self._selector.unregister(fd)
+
+    def _check_deadlines(self, run: JobRun, now: float) -> None:
+        if run.has_exited:
+            return
+        if not run.kill_sent and run.over_deadline(now):
+            run.time_out()
+            self._kill(run)
+        elif run.kill_sent and now - run.kill_sent_at > self.config.kill_grace_s and run.worker is not None:
+            self._replace_worker(run.worker, f"job {run.key} did not die within {self.config.kill_grace_s}s of a kill")
+
+    def _kill(self, run: JobRun) -> None:
+        run.kill_sent_at = time.monotonic()
+        try:
+            protocol.send_control(run.worker.control, {"t": "kill", "job": run.key})
+        except OSError as e:
+            self._replace_worker(run.worker, f"kill request failed: {e}")
+
+    def _dispatch(self, calls: list, now: float) -> None:
+        """Send waiting calls to the broker when it is idle and the batch is worth sending."""
+        if not calls or self._broker.busy:
+            return
+        live = [(c, t) for c, t in calls if c.key in self._runs and not self._runs[c.key].has_exited]
+        if not live:
+            calls.clear()
+            return
+        everyone_waits = all(r.waiting or r.has_exited for r in self._runs.values())
+        if everyone_waits or now - live[0][1] >= self.solver.batch_window_s:
+            self._broker.submit([c for c, _ in live])
+            calls.clear()
+
+    def _replace_worker(self, worker: _Worker, why: str) -> None:
+        """Kill a fork server, fail its running jobs as infrastructure errors, start a new one."""
+        if self._workers[worker.index] is not worker:
+            return
+        reason = f"sandbox worker died ({why})"
+        self._selector.unregister(worker.control)
+        worker.proc.kill()
+        worker.proc.wait()
+        tail = worker.log_tail()
+        if tail:
+            reason += f"; its log: {tail[-500:]}"
+        log.error("%s; replacing it", reason)
+        for key in list(worker.runs):
+            run = self._runs[key]
+            if not run.timed_out:
+                run.fail_infra(reason)
+            self._drain(run)
+            run.exited(None, 0)
+            self._unregister(run)
+        worker.runs.clear()
+        worker.stop()
+        self._workers[worker.index] = None
+        if self._closed:
+            return
+        try:
+            (self._workers[worker.index],) = self._start_workers([worker.index])
+        except isolation.SandboxUnavailable as e:
+            log.error("could not replace sandbox worker %d: %s", worker.index, e)
+
+    @staticmethod
+    def _score(result: JobResult, job: Job, scorer: Scorer | None) -> JobResult:
+        if scorer is None or result.status != "ok":
+            return result
+        try:
+            score = float(scorer(result.answer, job))
+            if not math.isfinite(score):
+                raise ValueError(f"score {score} is not finite")
+        except Exception as e:  # noqa: BLE001 - untrusted answers make scorers raise; that scores 0.
+            return dataclasses.replace(result, score=0.0, scorer_error=f"{type(e).__name__}: {e}")
+        return dataclasses.replace(result, score=score)

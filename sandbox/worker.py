@@ -1,0 +1,140 @@
+"""The fork server: a warm, single-threaded process inside the sandbox that forks one child per job.
+
+Runs inside the sandbox: standard library only. It holds no questions' answers, no
+keys and no secrets: it only ever sees job numbers and the descriptors the supervisor hands it.
+The harness code and the question go straight from the supervisor to the child over the child's
+own job channel. Forking a warm interpreter costs a few milliseconds, against tens for a fresh one.
+
+Started as `python -I -S -B -c "...; from sandbox.worker import main; main()" CONFIG_JSON` where
+CONFIG_JSON holds: control_fd, tmp_root, limits (JobLimits fields), seccomp (the BPF program as hex
+and its pid offsets), max_frames, max_answer_chars, preload (module names imported once here so
+that children start with them). Nothing imported here may register at-fork hooks (threading,
+random do): every child would run them, at a cost of a hundred page faults or more each.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import sys
+import traceback
+
+from sandbox import jail, protocol, runner
+
+
+class ForkServer:
+    """Serve `spawn` and `kill` requests from the supervisor until it closes the control channel."""
+
+    def __init__(self, config: dict):
+        self.config = config
+        seccomp = config["seccomp"]
+        self.jail = jail.Jail(
+            jail.JobLimits(**config["limits"]), bytes.fromhex(seccomp["bpf"]), seccomp["pid_offsets"]
+        )
+        self.control = socket.socket(fileno=config["control_fd"])
+        # Plain epoll rather than selectors: after each fork every page this loop writes costs a
+        # copy-on-write fault, and selectors' bookkeeping writes many.
+        self.epoll = select.epoll()
+        self.epoll.register(self.control.fileno(), select.EPOLLIN)
+        self.children: dict[int, tuple[int, int]] = {}  # job -> (pid, pidfd)
+        self.by_pidfd: dict[int, int] = {}  # pidfd -> job
+
+    def serve(self) -> None:
+        self.jail.harden_server()
+        sys.stdout.reconfigure(line_buffering=True)  # Children inherit it: output reaches the tail even if a job dies.
+        os.makedirs(self.config["tmp_root"], exist_ok=True)
+        for name in self.config["preload"]:
+            importlib.import_module(name)
+        gc.freeze()  # Keeps the collector from touching (and so copying) the server's pages in children.
+        protocol.send_control(self.control, {"t": "ready", "pid": os.getpid()})
+        try:
+            control = self.control.fileno()
+            while True:
+                for fd, _ in self.epoll.poll():
+                    if fd == control:
+                        if not self._on_control():
+                            return
+                    else:
+                        self._on_exit(self.by_pidfd.pop(fd))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # The supervisor went away: nobody to serve.
+        finally:
+            self._shutdown()
+
+    def _on_control(self) -> bool:
+        msg, fds = protocol.recv_control(self.control, max_fds=4)
+        if msg is None:
+            return False
+        if msg["t"] == "spawn":
+            self._spawn(msg["job"], fds)
+        elif msg["t"] == "kill":
+            entry = self.children.get(msg["job"])
+            if entry is not None:
+                _kill(entry[1])
+        return True
+
+    def _spawn(self, job: int, fds: list[int]) -> None:
+        try:
+            pid = os.fork()
+        except OSError as e:
+            for fd in fds:
+                os.close(fd)
+            protocol.send_control(self.control, {"t": "spawn_failed", "job": job, "error": str(e)})
+            return
+        if pid == 0:
+            self._child(job, fds)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        self.children[job] = (pid, pidfd)
+        self.by_pidfd[pidfd] = job
+        self.epoll.register(pidfd, select.EPOLLIN)
+
+    def _child(self, job: int, fds: list[int]) -> None:
+        """In the forked child: confine, run the job, never return."""
+        try:
+            self.jail.confine(fds, f"{self.config['tmp_root']}/{job}")
+            runner.run_job(jail.JOB_IN_FD, jail.JOB_OUT_FD, self.config["max_frames"], self.config["max_answer_chars"])
+        except BaseException:  # noqa: BLE001 - report our own failure on stderr, then exit non-zero.
+            try:
+                os.write(2, traceback.format_exc().encode()[-4000:])
+            finally:
+                os._exit(4)
+        os._exit(5)  # run_job exits by itself; reaching here is a bug.
+
+    def _on_exit(self, job: int) -> None:
+        pid, pidfd = self.children.pop(job)
+        # Explicitly: a child forked meanwhile may still hold a copy, which would keep it registered.
+        self.epoll.unregister(pidfd)
+        os.close(pidfd)
+        _, status, usage = os.wait4(pid, 0)
+        work_dir = f"{self.config['tmp_root']}/{job}"
+        try:
+            os.rmdir(work_dir)  # The common case: the job wrote no files.
+        except OSError:
+            shutil.rmtree(work_dir, ignore_errors=True)
+        protocol.send_control(
+            self.control, {"t": "exited", "job": job, "status": status, "maxrss_kb": usage.ru_maxrss}
+        )
+
+    def _shutdown(self) -> None:
+        for pid, pidfd in self.children.values():
+            _kill(pidfd)
+            os.waitpid(pid, 0)
+
+
+def _kill(pidfd: int) -> None:
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except ProcessLookupError:  # Already exited, not yet reaped: its exit is reported anyway.
+        pass
+
+
+def main() -> None:
+    ForkServer(json.loads(sys.argv[1])).serve()

@@ -1,0 +1,96 @@
+"""The proposer prompt, the harness contract and the seed harnesses (run in the sandbox)."""
+
+import shutil
+
+import pytest
+
+from hljax.harness import contract, edits, prompts, seeds
+from hljax.harness.report import ExecutionReport
+from sandbox.config import SandboxConfig
+from sandbox.pool import SandboxPool
+from sandbox.results import Job, JobResult
+from tests._sandbox_fakes import EchoGenerator
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap not installed (Debian package bubblewrap)")
+
+
+def _report() -> ExecutionReport:
+    return ExecutionReport.from_results([Job("c", "What is 2+2?", reference="4")], [JobResult("", "ok", "5", 0.0)])
+
+
+def test_messages_hold_task_contract_harness_report_and_format():
+    harness = seeds.load("multihop_qa")
+    msgs = prompts.proposer_messages("Answer multi-hop questions.", harness, _report(), tools=(contract.RETRIEVE,))
+    assert [m["role"] for m in msgs] == ["system", "user"]
+    assert msgs[0]["content"] == prompts.SYSTEM_PROMPT
+    user = msgs[1]["content"]
+    titles = [line for line in user.splitlines() if line.startswith("## ")]
+    assert titles == [
+        "## Task",
+        "## Harness contract",
+        "## Current harness",
+        "## Execution report of the current harness on feedback questions",
+        "## Your answer",
+    ]
+    assert "## Task\nAnswer multi-hop questions.\n\n## Harness contract\n" in user
+    assert f"```python\n{harness.rstrip()}\n```" in user
+    assert "- retrieve(query: str, k: int = 5) -> list[dict]: Searches this question's own paragraphs" in user
+    assert edits.FORMAT_SPEC in user  # Rendered from the one description of the format.
+    assert "Harness answer: 5" in user and "Reference answer: 4" in user
+
+
+def test_report_budget_is_applied():
+    jobs = [Job("c", "Q" * 3000, reference="R") for _ in range(20)]
+    report = ExecutionReport.from_results(jobs, [JobResult("", "ok", "A", 0.0) for _ in jobs])
+    user = prompts.user_prompt("t", "def solve(q, s):\n    return q\n", report, config=prompts.PromptConfig(1000))
+    section = user.split("## Execution report of the current harness on feedback questions\n")[1].split("\n\n## ")[0]
+    assert len(section) <= 1000 and report.render().startswith(section[:100])
+
+
+def test_contract_check():
+    assert contract.check(seeds.load("reasoning")) is None
+    assert contract.check(seeds.load("multihop_qa")) is None
+    assert contract.check("def solve(q):\n    return q\n").reason.startswith("solve must accept two")
+    assert contract.check("def other(q, s):\n    pass\n").reason == "no top-level function solve(question, solver)"
+    assert contract.check("async def solve(q, s):\n    pass\n").reason == "solve must be a plain function, not async"
+    assert contract.check("def solve(q, s)\n").reason.startswith("does not parse")
+
+
+def test_unknown_seed():
+    with pytest.raises(ValueError, match="unknown seed harness"):
+        seeds.load("nope")
+
+
+@needs_bwrap
+def test_seed_harnesses_run_in_the_sandbox():
+    paragraphs = [
+        {"title": "Paris", "text": "Paris is the capital of France."},
+        {"title": "France", "text": "France is in Europe."},
+        {"title": "Rome", "text": "Rome is the capital of Italy."},
+    ]
+    queries = []
+
+    def retrieve(query, k=5):
+        queries.append((query, k))
+        return paragraphs[:k]
+
+    gen = EchoGenerator()
+    with SandboxPool(SandboxConfig(workers=1), gen) as pool:
+        rg, qa = pool.run(
+            [
+                Job(seeds.load("reasoning"), "What is 2+2?"),
+                Job(seeds.load("multihop_qa"), "Capital of France?", tools={"retrieve": retrieve}),
+            ]
+        )
+    assert rg.status == "ok" and rg.answer == "echo:What is 2+2?" and rg.solver_calls == 1
+    assert qa.status == "ok", qa
+    assert qa.solver_calls == 2 and qa.tool_calls == 2
+    # Hop 2 searches with the solver's follow-up query: the echo of the prompt cut to 32 tokens.
+    assert queries[0] == ("Capital of France?", 3) and queries[1][0].startswith("echo:Passages: [Paris]")
+    # The answer prompt holds the three passages once (hop 2 found no new titles); the echo is cut
+    # to 32 words by max_new_tokens=32.
+    passages = "\n\n".join(f"[{p['title']}] {p['text']}" for p in paragraphs)
+    prompt = f"Passages:\n{passages}\n\nQuestion: Capital of France?\n\nAnswer with a short phrase only (a name, date or number), no explanation."
+    assert qa.answer == " ".join(("echo:" + prompt).split()[:32])
+    samplings = sorted((size, s.temperature, s.max_new_tokens) for _, size, s in gen.requests)
+    assert samplings == [(1, 0.0, 32), (1, 0.0, 32), (1, 0.7, 1024)]

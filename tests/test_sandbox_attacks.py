@@ -1,0 +1,333 @@
+"""Adversarial harnesses, each run in a pool that is running normal jobs at the same time.
+
+Every test checks that the normal jobs came back correct, that no fork server died or was
+replaced, and that the pool still serves afterwards.
+
+DANGER: an attack that signals other processes (kill(-1, 9), kill(getppid(), 9)) or forks would end
+the whole test run, the session and CI if it ran unconfined as root. Such attacks run only after
+`require_contained` has checked, with a probe job in the same pool, that jobs live in their own pid
+namespace with no capabilities and under the seccomp filter; otherwise the test is skipped with the
+reason. The attack code also re-checks this itself and refuses to act if it does not hold.
+"""
+
+import json
+import os
+import shutil
+import socket
+
+import pytest
+
+from sandbox.config import SandboxConfig
+from sandbox.pool import SandboxPool
+from sandbox.results import Job
+from tests._sandbox_fakes import EchoGenerator
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap not installed (Debian package bubblewrap)")
+
+SECRET = "hljax-test-secret-7f3a"
+TAIL = 4096
+CONFIG = SandboxConfig(timeout_s=2.0, workers=2, slots_per_worker=3, memory_bytes=256 << 20, output_tail_bytes=TAIL)
+NORMAL = "import time\ndef solve(question, solver):\n    time.sleep(0.3)\n    return solver.generate(question)\n"
+OWN_PIDNS = os.readlink("/proc/self/ns/pid")
+
+PROBE = """
+import json, os
+def solve(question, solver):
+    fields = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines() if ':' in l)
+    return json.dumps({'pidns': os.readlink('/proc/self/ns/pid'), 'uid': os.getuid(),
+                       'capeff': fields['CapEff'].strip(), 'seccomp': fields['Seccomp'].strip()})
+"""
+
+# Prepended to every attack that signals or forks: the job checks its own confinement and refuses
+# to act unless it is in another pid namespace (given as the question), capability-less, filtered.
+GUARD = """
+import os
+def confined(outer_pidns):
+    fields = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines() if ':' in l)
+    return (os.readlink('/proc/self/ns/pid') != outer_pidns and int(fields['CapEff'], 16) == 0
+            and fields['Seccomp'].strip() == '2')
+"""
+
+
+@pytest.fixture(scope="module")
+def pool():
+    os.environ["HLJAX_TEST_SECRET"] = SECRET  # In the supervisor's environment: must not reach jobs.
+    try:
+        with SandboxPool(CONFIG, EchoGenerator()) as p:
+            yield p
+    finally:
+        del os.environ["HLJAX_TEST_SECRET"]
+
+
+def probe(pool) -> dict:
+    (r,) = pool.run([Job(PROBE, "probe")])
+    assert r.status == "ok", r
+    return json.loads(r.answer)
+
+
+def require_contained(pool) -> None:
+    """Skip (with the reason) unless jobs are verifiably unable to signal anything outside."""
+    if pool.config.isolation != "bwrap":
+        pytest.skip("signal and fork attacks need bubblewrap's pid namespace; this pool runs rlimits_only")
+    info = probe(pool)
+    if info["pidns"] == OWN_PIDNS:
+        pytest.skip(f"jobs share the test's pid namespace {OWN_PIDNS}: refusing to run a signal attack")
+    if info["uid"] == 0 and int(info["capeff"], 16) != 0:
+        pytest.skip(f"jobs run as root with capabilities {info['capeff']}: refusing to run a signal attack")
+    if info["seccomp"] != "2":
+        pytest.skip(f"jobs are not under a seccomp filter (Seccomp: {info['seccomp']}): refusing to run")
+
+
+def guarded(body: str) -> str:
+    """Attack code that does nothing unless `confined(question)` holds."""
+    return GUARD + "\ndef solve(question, solver):\n    if not confined(question):\n        return 'REFUSED'\n" + body
+
+
+def run_among_normals(pool, code: str, question: str = "attack"):
+    """Run `code` between normal jobs; check them and the pool; return the attack's result."""
+    normals = [Job(NORMAL, f"n{i}", reference=f"echo:n{i}", tag=f"n{i}") for i in range(4)]
+    workers = pool.worker_pids
+    results = pool.run(normals[:2] + [Job(code, question, tag="attack")] + normals[2:], lambda a, j: a == j.reference)
+    assert [(r.tag, r.status, r.score) for r in results if r.tag != "attack"] == [
+        (f"n{i}", "ok", 1.0) for i in range(4)
+    ]
+    assert pool.worker_pids == workers, "a fork server died or was replaced"
+    (after,) = pool.run([Job(NORMAL, "after", reference="echo:after")], lambda a, j: a == j.reference)
+    assert after.score == 1.0
+    assert pool.worker_pids == workers, "a fork server died or was replaced"
+    return results[2]
+
+
+def test_jobs_are_contained(pool):
+    info = probe(pool)
+    assert info["pidns"] != OWN_PIDNS
+    assert int(info["capeff"], 16) == 0
+    assert info["seccomp"] == "2"
+
+
+def test_infinite_loop(pool):
+    r = run_among_normals(pool, "def solve(q, s):\n    while True:\n        pass\n")
+    assert r.status == "timeout" and r.run_s >= 2.0
+
+
+def test_loop_that_catches_base_exception(pool):
+    code = "def solve(q, s):\n    while True:\n        try:\n            while True:\n                pass\n        except BaseException:\n            pass\n"
+    assert run_among_normals(pool, code).status == "timeout"
+
+
+def test_sleep_forever(pool):
+    r = run_among_normals(pool, "import time\ndef solve(q, s):\n    time.sleep(10**6)\n")
+    assert r.status == "timeout" and "deadline" in r.reason
+
+
+def test_memory_bomb(pool):
+    code = (
+        "import resource\n"
+        "def solve(q, s):\n"
+        "    try:\n"
+        "        resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY,) * 2)\n"
+        "    except (OSError, ValueError):\n"
+        "        pass\n"
+        "    hog = []\n"
+        "    while True:\n"
+        "        hog.append(bytearray(32 << 20))\n"
+    )
+    r = run_among_normals(pool, code)
+    assert r.status == "error" and r.error.type == "MemoryError"
+
+
+def test_fork_bomb(pool):
+    require_contained(pool)
+    code = guarded("    while True:\n        os.fork()\n")
+    r = run_among_normals(pool, code, question=OWN_PIDNS)
+    assert r.status == "error" and r.error.type == "PermissionError"
+
+
+def test_subprocess_and_multiprocessing_fail(pool):
+    require_contained(pool)
+    body = (
+        "    import subprocess, multiprocessing\n"
+        "    out = []\n"
+        "    for start in (lambda: subprocess.run(['/bin/true']), lambda: multiprocessing.Process(target=print).start()):\n"
+        "        try:\n"
+        "            start()\n"
+        "            out.append('started')\n"
+        "        except OSError as e:\n"
+        "            out.append(type(e).__name__)\n"
+        "    return ' '.join(out)\n"
+    )
+    r = run_among_normals(pool, guarded(body), question=OWN_PIDNS)
+    assert r.answer == "PermissionError PermissionError"
+
+
+def test_thread_spray(pool):
+    code = (
+        "import threading, time\n"
+        "def solve(q, s):\n"
+        "    n = 0\n"
+        "    try:\n"
+        "        while True:\n"
+        "            threading.Thread(target=time.sleep, args=(1000,), daemon=True).start()\n"
+        "            n += 1\n"
+        "    except RuntimeError:\n"
+        "        return str(n)\n"
+    )
+    r = run_among_normals(pool, code)
+    # 8 MiB stacks under a 256 MiB address space: a few dozen threads at most.
+    assert r.status == "ok" and 0 < int(r.answer) < 64
+
+
+def test_200_mb_of_stdout(pool):
+    code = "import sys\ndef solve(q, s):\n    chunk = 'x' * (1 << 20)\n    for _ in range(200):\n        sys.stdout.write(chunk)\n    return 'done'\n"
+    r = run_among_normals(pool, code)
+    assert r.status == "ok" and r.answer == "done"
+    assert r.stdout_bytes == 200 << 20 and r.stdout_tail == "x" * TAIL
+
+
+def test_sys_exit(pool):
+    r = run_among_normals(pool, "import sys\ndef solve(q, s):\n    sys.exit(0)\n")
+    assert r.status == "error" and r.error.type == "SystemExit"
+
+
+def test_os_exit(pool):
+    r = run_among_normals(pool, "import os\ndef solve(q, s):\n    os._exit(0)\n")
+    assert r.status == "crashed" and r.reason == "exited with status 0 without sending a result"
+
+
+def test_kill_parent(pool):
+    require_contained(pool)
+    body = "    try:\n        os.kill(os.getppid(), 9)\n    except OSError as e:\n        return f'refused errno {e.errno}'\n    return 'sent'\n"
+    assert run_among_normals(pool, guarded(body), question=OWN_PIDNS).answer == "refused errno 1"
+
+
+def test_kill_everything(pool):
+    require_contained(pool)
+    body = "    try:\n        os.kill(-1, 9)\n    except OSError as e:\n        return f'refused errno {e.errno}'\n    return 'sent'\n"
+    assert run_among_normals(pool, guarded(body), question=OWN_PIDNS).answer == "refused errno 1"
+
+
+def test_socket_to_loopback_and_outside(pool):
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    code = (
+        "import socket\n"
+        "def attempt(family, kind, addr):\n"
+        "    try:\n"
+        "        s = socket.socket(family, kind)\n"
+        "    except OSError as e:\n"
+        "        return f'socket errno {e.errno}'\n"
+        "    s.settimeout(1)\n"
+        "    try:\n"
+        "        s.connect(addr)\n"
+        "        return 'connected'\n"
+        "    except OSError as e:\n"
+        "        return f'connect errno {e.errno}'\n"
+        "def solve(q, s):\n"
+        f"    tries = [(socket.AF_INET, socket.SOCK_STREAM, ('127.0.0.1', {port})),\n"
+        "             (socket.AF_INET, socket.SOCK_STREAM, ('192.0.2.1', 80)),\n"
+        "             (socket.AF_INET, socket.SOCK_DGRAM, ('192.0.2.1', 53)),\n"
+        "             (socket.AF_INET6, socket.SOCK_STREAM, ('::1', 80)),\n"
+        "             (socket.AF_NETLINK, socket.SOCK_RAW, (0, 0)),\n"
+        "             (socket.AF_UNIX, socket.SOCK_STREAM, '\\0abstract')]\n"
+        "    return ','.join(attempt(*t) for t in tries)\n"
+    )
+    r = run_among_normals(pool, code)
+    assert r.answer == ",".join(["socket errno 1"] * 6)
+    with pytest.raises(BlockingIOError):
+        listener.accept()  # Nothing ever reached the host's loopback.
+    listener.close()
+
+
+def test_writing_outside_the_work_dir(pool, tmp_path):
+    host_file = tmp_path / "pwned"  # A host path: absent from the sandbox, so unreachable.
+    targets = ["/etc/pwned", "/usr/pwned", "/pwned", "/opt/hljax/sandbox/worker.py", "/root/pwned", str(host_file)]
+    code = (
+        "def solve(q, s):\n"
+        "    out = []\n"
+        f"    for path in {targets!r}:\n"
+        "        try:\n"
+        "            open(path, 'a').write('x')\n"
+        "            out.append('wrote')\n"
+        "        except OSError as e:\n"
+        "            out.append(type(e).__name__)\n"
+        "    open('mine.txt', 'w').write('ok')\n"
+        "    try:\n"
+        "        open('big.bin', 'wb').write(b'0' * (32 << 20))\n"
+        "    except OSError as e:\n"
+        "        out.append(e.strerror)\n"
+        "    return ','.join(out)\n"
+    )
+    r = run_among_normals(pool, code)
+    # /etc does not exist in the sandbox; /usr, / and the package are read-only; /root is absent.
+    assert r.answer == "FileNotFoundError,OSError,OSError,OSError,OSError,FileNotFoundError,File too large"
+    assert not host_file.exists()
+
+
+def test_reading_secrets(pool):
+    code = (
+        "import os\n"
+        "def solve(q, s):\n"
+        "    found = [repr(dict(os.environ))]\n"
+        "    for path in ['/etc/shadow', '/etc/passwd', '/root/.bash_history', '/proc/1/environ', '/proc/self/environ']:\n"
+        "        try:\n"
+        "            found.append(path + '=' + open(path, 'rb').read().decode('latin-1'))\n"
+        "        except OSError as e:\n"
+        "            found.append(path + ':' + type(e).__name__)\n"
+        "    return '\\n'.join(found)\n"
+    )
+    r = run_among_normals(pool, code)
+    assert SECRET not in r.answer
+    lines = r.answer.split("\n")
+    assert lines[1:4] == ["/etc/shadow:FileNotFoundError", "/etc/passwd:FileNotFoundError", "/root/.bash_history:FileNotFoundError"]
+    assert eval(lines[0]) == {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "PWD": "/tmp"}  # noqa: S307
+
+
+def test_closing_the_result_pipe(pool):
+    r = run_among_normals(pool, "import os\ndef solve(q, s):\n    os.close(4)\n    return 'x'\n")
+    assert r.status == "crashed" and r.reason == "exited with status 0 without sending a result"
+
+
+def test_garbage_on_the_job_channel(pool):
+    code = "import os\ndef solve(q, s):\n    os.write(4, b'\\x00\\x00\\x00\\x05notjs')\n    return 'x'\n"
+    r = run_among_normals(pool, code)
+    assert r.status == "crashed" and r.reason.startswith("protocol violation: not UTF-8 JSON")
+
+
+def test_oversized_frame_on_the_job_channel(pool):
+    code = "import os\ndef solve(q, s):\n    os.write(4, b'\\xff\\xff\\xff\\xff')\n    import time; time.sleep(1)\n    return 'x'\n"
+    r = run_among_normals(pool, code)
+    assert r.status == "crashed" and "exceeds the limit" in r.reason
+
+
+def test_deeply_nested_json_on_the_job_channel(pool):
+    code = (
+        "import os\n"
+        "def solve(q, s):\n"
+        "    body = b'[' * 200000 + b']' * 200000\n"
+        "    os.write(4, len(body).to_bytes(4, 'big') + body)\n"
+        "    return 'x'\n"
+    )
+    r = run_among_normals(pool, code)
+    assert r.status == "crashed" and r.reason.startswith("protocol violation: not UTF-8 JSON: RecursionError")
+
+
+def test_ctypes_syscalls(pool):
+    require_contained(pool)
+    body = (
+        "    import ctypes\n"
+        "    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    out = []\n"
+        "    for name, call in [('kill', lambda: libc.kill(-1, 9)), ('fork', lambda: libc.syscall(57)),\n"
+        "                       ('clone', lambda: libc.syscall(56, 17, 0, 0, 0, 0)), ('ptrace', lambda: libc.ptrace(16, 1, 0, 0))]:\n"
+        "        rc = call()\n"
+        "        out.append(f'{name}={rc}/{ctypes.get_errno()}')\n"
+        "    return ' '.join(out)\n"
+    )
+    r = run_among_normals(pool, guarded(body), question=OWN_PIDNS)
+    assert r.answer == "kill=-1/1 fork=-1/1 clone=-1/1 ptrace=-1/1"
+
+
+def test_ctypes_segfault(pool):
+    r = run_among_normals(pool, "import ctypes\ndef solve(q, s):\n    return ctypes.string_at(0)\n")
+    assert r.status == "crashed" and r.reason == "killed by signal SIGSEGV"
