@@ -32,8 +32,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.solver = dict(backend="embedded", path="", url="", max_batch=16, max_seq_len=4096, prompt_mode="chat",
                     enable_thinking=False, max_new_tokens=256, temperature=0.0, top_p=1.0, top_k=-1,
                     max_calls=4, max_tokens=2048)
-    c.tasks = dict(suite="reasoning_gym", role="rl", families=(), feedback=4, scoring=64, eval=64,
-                   pool_size=5000, formats=())
+    c.tasks = dict(suite="reasoning_gym", role="rl", families=(), qa_files=(), qa_aliases="", feedback=4,
+                   scoring=64, eval=64, pool_size=5000, formats=())
     c.sandbox = dict(isolation="bwrap", workers=2, slots_per_worker=4, timeout_s=20.0, memory_bytes=1 << 30)
     c.reward = dict(score_weight=1.0, valid_bonus=0.1, ran_bonus=0.1, invalid_reward=0.0)
     c.prompt = dict(report_max_chars=6000)

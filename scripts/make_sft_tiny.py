@@ -25,7 +25,7 @@ from hljax.generate.engine import EngineConfig  # noqa: E402
 from hljax.generate.local import LocalGenerator  # noqa: E402
 from hljax.harness import edits, seeds  # noqa: E402
 from hljax.loop.revision import build_state, candidate  # noqa: E402
-from hljax.rl.rollout import _split_config  # noqa: E402
+from hljax.tasks.suite import split_config  # noqa: E402
 from hljax.rl.run_config import RunConfig  # noqa: E402
 from hljax.tasks.reasoning_gym import FamilyLists, RGTaskConfig, family_tasks  # noqa: E402
 from launch.init_model import init_model  # noqa: E402
@@ -95,7 +95,7 @@ def main():
         assert isinstance(result, edits.Applied), (note, result)
     lists = FamilyLists.from_config(rg_families.get_config())
     base = RGTaskConfig(family=lists.families("sft")[0], generator_seed=cfg.seed, pool_size=cfg.tasks.pool_size,
-                        splits=_split_config(cfg.tasks, cfg.seed))
+                        splits=split_config(cfg.tasks.feedback, cfg.tasks.scoring, cfg.tasks.eval, cfg.seed))
     tasks = family_tasks(lists, "sft", base)
     with tempfile.TemporaryDirectory() as tmp:
         path = init_model("tiny", os.path.join(tmp, "tiny"), seed=0)

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import jax.numpy as jnp
 import numpy as np
+import transformers
 
 from hljax import sharding as shd
 from hljax.checkpoint import hf
@@ -28,8 +29,7 @@ from hljax.harness import seeds
 from hljax.loop.revision import RevisionState, build_state, candidate, score_candidates
 from hljax.rl import grpo
 from hljax.rl import rewards as rw
-from hljax.tasks.reasoning_gym import FamilyLists, ReasoningGymTask, RGTaskConfig, family_tasks
-from hljax.tasks.splits import SplitConfig
+from hljax.tasks.suite import SEED_HARNESS, build_tasks
 from sandbox.pool import SandboxPool
 
 log = logging.getLogger(__name__)
@@ -46,15 +46,8 @@ class RolloutBatch:
     time_sandbox: float
 
 
-def _split_config(spec, seed: int) -> SplitConfig:
-    # Equal thirds of the hash space; the sizes only say how many questions each split takes.
-    return SplitConfig(seed=seed, feedback_size=spec.feedback, scoring_size=spec.scoring, eval_size=spec.eval)
-
-
 class Rollouts:
     def __init__(self, cfg, init_path: str, tokenizer, mesh):
-        from configs import rg_families
-
         self.cfg = cfg
         self.tokenizer = tokenizer
         self._server = None
@@ -74,18 +67,11 @@ class Rollouts:
             self.solver = LocalGenerator.from_pretrained(solver_path, shd.make_mesh(cfg.mesh), EngineConfig(
                 max_batch=cfg.solver.max_batch, max_seq_len=cfg.solver.max_seq_len))
         else:
-            self.solver = SGLangGenerator(cfg.solver.url, tokenizer)
+            self.solver = SGLangGenerator(cfg.solver.url, transformers.AutoTokenizer.from_pretrained(cfg.solver.path))
         self.pool = SandboxPool(cfg.sandbox, self.solver, cfg.solver.budget)
 
-        lists = FamilyLists.from_config(rg_families.get_config())
-        families = cfg.tasks.families or lists.families(cfg.tasks.role)
-        base = RGTaskConfig(family=families[0], generator_seed=cfg.seed, pool_size=cfg.tasks.pool_size,
-                            splits=_split_config(cfg.tasks, cfg.seed), **({"formats": cfg.tasks.formats} if cfg.tasks.formats else {}))
-        if cfg.tasks.families:
-            self.tasks = [ReasoningGymTask(dataclasses.replace(base, family=f)) for f in families]
-        else:
-            self.tasks = list(family_tasks(lists, cfg.tasks.role, base).values())
-        self.seed_harness = seeds.load("reasoning")
+        self.tasks = build_tasks(cfg.tasks, cfg.seed)
+        self.seed_harness = seeds.load(SEED_HARNESS[cfg.tasks.suite])
         self._states: dict[tuple[int, int], RevisionState] = {}
 
     def close(self) -> None:

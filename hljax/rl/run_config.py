@@ -92,9 +92,11 @@ class SolverSpec:
 
 @dataclasses.dataclass(frozen=True)
 class TaskSpec:
-    suite: Literal["reasoning_gym"] = "reasoning_gym"
+    suite: Literal["reasoning_gym", "multihop_qa"] = "reasoning_gym"
     role: Literal["sft", "rl", "heldout"] = "rl"  # Which family list of configs/rg_families.py.
-    families: tuple[str, ...] = ()  # Override the list (must still pass the registry's checks).
+    families: tuple[str, ...] = ()  # A subset of that list.
+    qa_files: tuple[str, ...] = ()  # multihop_qa: "dataset:path" entries (hotpotqa, musique, 2wikimultihopqa).
+    qa_aliases: str = ""  # 2WikiMultihopQA's id_aliases.json, if given.
     feedback: int = 4  # Questions per feedback round (the report).
     scoring: int = 64  # Size of the scoring split.
     eval: int = 64
@@ -143,6 +145,21 @@ class RunConfig:
     checkpoint: CheckpointSpec
     log: LogSpec
     export: ExportSpec
+
+    def __post_init__(self):
+        need = []
+        if not self.model.path and not self.model.preset:
+            need.append("model.path (an HF Qwen3 folder)")
+        if "grpo" in self.mode and self.rollout.backend == "sglang" and not self.rollout.url:
+            need.append("rollout.url (the proposer's SGLang server)")
+        if "grpo" in self.mode and self.solver.backend == "sglang" and not (self.solver.url and self.solver.path):
+            need.append("solver.url and solver.path (the solver's server, and its HF folder for the chat template)")
+        if "grpo" in self.mode and self.tasks.suite == "multihop_qa" and not self.tasks.qa_files:
+            need.append("tasks.qa_files ('dataset:path' of the QA data)")
+        if "sft" in self.mode and not self.sft.data:
+            need.append("sft.data (the SFT JSONL)")
+        if need:
+            raise ConfigError("this config needs " + "; ".join(need))
 
     @property
     def sft_steps(self) -> int:
