@@ -1,15 +1,17 @@
 """Per-job overhead of `SandboxPool` vs a fresh `python -c` subprocess per job, same trivial harness.
 
-    python bench/sandbox.py [--jobs 1000] [--baseline-jobs 60] [--isolation bwrap]
+    python bench/sandbox.py [--jobs 1000] [--baseline-jobs 60] [--rounds 5] [--isolation bwrap]
 
 The harness returns its question: everything measured is overhead. Both sides run the jobs one
-at a time ("serial": pool of 1 worker x 1 slot vs one subprocess at a time) and two at a time per
-core ("parallel": the pool's default 2 x 4 slots vs 2 concurrent subprocesses, this machine having
-2 cores). Prints ms per job (wall time / jobs), CPU ms per job of the pool's processes, and the ratio.
+at a time ("serial": a pool of 1 fork server x 1 slot vs one subprocess at a time) and in parallel
+("parallel": the pool's default 2 x 4 slots vs 2 concurrent subprocesses, this machine having 2
+cores). The two sides alternate in `--rounds` chunks so that both see the same background load.
+Prints ms per job (wall time / jobs), CPU ms per job (all processes involved), and the ratio.
 """
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -31,15 +33,12 @@ def _fresh_process(i: int) -> None:
     assert out == f"q{i}\n", out
 
 
-def baseline_ms(jobs: int, concurrency: int) -> float:
-    _fresh_process(0)  # Warm the page cache.
-    t = time.perf_counter()
-    with ThreadPoolExecutor(concurrency) as ex:
-        list(ex.map(_fresh_process, range(jobs)))
-    return (time.perf_counter() - t) / jobs * 1000
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
-def _cpu_s(pids: list[int]) -> float:
+def _tree_cpu_s(pids: list[int]) -> float:
     """User + system seconds of `pids` and their descendants, live and reaped."""
     tick = os.sysconf("SC_CLK_TCK")
     children: dict[int, list[int]] = {}
@@ -59,37 +58,46 @@ def _cpu_s(pids: list[int]) -> float:
     return total / tick
 
 
-def pool_ms(jobs: int, config: SandboxConfig) -> tuple[float, float]:
-    """(wall ms per job, CPU ms per job of supervisor + fork servers + jobs)."""
-    with SandboxPool(config, generator=None) as pool:
+def measure(config: SandboxConfig, concurrency: int, jobs: int, baseline_jobs: int, rounds: int) -> dict:
+    """Wall and CPU seconds of both sides, summed over alternating rounds."""
+    t = {"base_wall": 0.0, "base_cpu": 0.0, "pool_wall": 0.0, "pool_cpu": 0.0}
+    _fresh_process(0)  # Warm the page cache.
+    with SandboxPool(config, generator=None) as pool, ThreadPoolExecutor(concurrency) as ex:
         pool.run([Job(HARNESS, "warm")] * 50)
-        batch = [Job(HARNESS, f"q{i}") for i in range(jobs)]
-        cpu0, own0 = _cpu_s(pool.worker_pids), time.process_time()
-        t = time.perf_counter()
-        results = pool.run(batch)
-        wall = time.perf_counter() - t
-        cpu = _cpu_s(pool.worker_pids) - cpu0 + time.process_time() - own0
-    assert [r.answer for r in results] == [f"q{i}" for i in range(jobs)], results[0]
-    return wall / jobs * 1000, cpu / jobs * 1000
+        for r in range(rounds):
+            cpu0, t0 = _children_cpu_s(), time.perf_counter()
+            list(ex.map(_fresh_process, range(baseline_jobs // rounds)))
+            t["base_wall"] += time.perf_counter() - t0
+            t["base_cpu"] += _children_cpu_s() - cpu0
+
+            batch = [Job(HARNESS, f"q{i}") for i in range(jobs // rounds)]
+            cpu0, own0, t0 = _tree_cpu_s(pool.worker_pids), time.process_time(), time.perf_counter()
+            results = pool.run(batch)
+            t["pool_wall"] += time.perf_counter() - t0
+            t["pool_cpu"] += _tree_cpu_s(pool.worker_pids) - cpu0 + time.process_time() - own0
+            assert [res.answer for res in results] == [j.question for j in batch], results[0]
+    n_base, n_pool = baseline_jobs // rounds * rounds, jobs // rounds * rounds
+    return {k: v * 1000 / (n_base if k.startswith("base") else n_pool) for k, v in t.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--baseline-jobs", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--isolation", default="bwrap", choices=["bwrap", "rlimits_only"])
     args = parser.parse_args()
-    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}, {args.jobs} pool jobs")
+    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}, {args.jobs} pool jobs, ms per job:")
     rows = [
         ("serial", 1, SandboxConfig(isolation=args.isolation, workers=1, slots_per_worker=1)),
         ("parallel", 2, SandboxConfig(isolation=args.isolation)),
     ]
     for name, concurrency, config in rows:
-        base = baseline_ms(args.baseline_jobs, concurrency)
-        wall, cpu = pool_ms(args.jobs, config)
+        m = measure(config, concurrency, args.jobs, args.baseline_jobs, args.rounds)
         print(
-            f"{name:8s} fresh python -c: {base:6.2f} ms/job | pool ({config.workers}x{config.slots_per_worker}): "
-            f"{wall:5.2f} ms/job, {cpu:5.2f} CPU ms/job | ratio {base / wall:5.1f}x"
+            f"{name:8s} fresh python -c: {m['base_wall']:6.2f} wall, {m['base_cpu']:5.2f} CPU | "
+            f"pool {config.workers}x{config.slots_per_worker}: {m['pool_wall']:5.2f} wall, {m['pool_cpu']:4.2f} CPU | "
+            f"ratio {m['base_wall'] / m['pool_wall']:5.1f}x"
         )
 
 

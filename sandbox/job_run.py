@@ -76,7 +76,7 @@ class JobRun:
         return bool(self.outbuf) and self.fds["to"] >= 0
 
     def send(self, msg: dict) -> None:
-        self.outbuf += protocol.encode(msg)
+        self.outbuf += protocol.to_job(msg)
         self.flush()
 
     def flush(self) -> None:

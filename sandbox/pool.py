@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -111,16 +112,17 @@ class SandboxPool:
         for w in workers:
             w.control.settimeout(max(0.01, deadline - time.monotonic()))
             try:
-                msg, _ = protocol.recv_control(w.control)
+                packet, _ = protocol.recv_control(w.control)
             except (TimeoutError, OSError, protocol.ProtocolError) as e:
-                msg = None
+                packet = None
                 log.error("sandbox worker %d did not start: %s", w.index, e)
-            if msg is None or msg.get("t") != "ready":
+            if packet is None or packet.kind != protocol.READY:
                 tail = w.log_tail()
                 for x in workers:
                     x.proc.kill()
                     x.stop()
                 raise isolation.SandboxUnavailable(f"sandbox worker failed to start: {tail or 'no output'}")
+        for w in workers:
             w.control.setblocking(False)
             self._selector.register(w.control, selectors.EVENT_READ, ("control", w))
         return workers
@@ -213,7 +215,7 @@ class SandboxPool:
             self._selector.register(ours[kind], selectors.EVENT_READ, (kind, run))
         theirs = (to_job_r, from_job_w, out_w, err_w)  # The order jail.confine expects.
         try:
-            protocol.send_control(worker.control, {"t": "spawn", "job": key}, theirs)
+            protocol.send_control(worker.control, protocol.Control(protocol.SPAWN, key), theirs)
         except OSError as e:
             self._replace_worker(worker, f"spawn request failed: {e}")  # Ends this run as infra_error.
             return
@@ -270,26 +272,23 @@ class SandboxPool:
     def _on_control(self, worker: _Worker) -> None:
         while True:
             try:
-                msg, _ = protocol.recv_control(worker.control)
+                packet, _ = protocol.recv_control(worker.control)
             except BlockingIOError:
                 return
-            except (OSError, protocol.ProtocolError):
-                msg = None
-            if msg is None:
+            except (OSError, protocol.ProtocolError) as e:
+                self._replace_worker(worker, f"bad control channel: {e}")
+                return
+            if packet is None:
                 self._replace_worker(worker, "control channel closed")
                 return
-            run = self._runs.get(msg.get("job"))
-            if run is None:
+            run = self._runs.get(packet.job)
+            if run is None or run.worker is not worker:
                 continue
-            if msg["t"] == "exited":
-                self._drain(run)
-                run.exited(msg["status"], msg.get("maxrss_kb", 0))
-                self._unregister(run)
-            elif msg["t"] == "spawn_failed":
-                run.fail_infra(f"fork failed in the sandbox worker: {msg.get('error')}")
-                self._drain(run)
-                run.exited(None, 0)
-                self._unregister(run)
+            if packet.kind == protocol.EXITED:
+                self._end(run, packet.a, packet.b)
+            elif packet.kind == protocol.SPAWN_FAILED:
+                run.fail_infra(f"fork failed in the sandbox worker: {os.strerror(packet.a)}")
+                self._end(run, None, 0)
 
     def _on_messages(self, run: JobRun, calls: list) -> None:
         for msg in run.read_messages():
@@ -318,10 +317,12 @@ class SandboxPool:
         elif t == "tool":
             reply = self._call_tool(run, msg)
             try:
-                run.send(reply)
-            except (TypeError, ValueError) as e:  # Not JSON: the tool's fault, not the harness's.
+                json.dumps(reply)  # The contract: tools return JSON values.
+            except (TypeError, ValueError) as e:  # The tool's fault, not the harness's.
                 run.fail_infra(f"tool {msg.get('name')!r} returned a value that is not JSON: {e}")
                 self._kill(run)
+                return
+            run.send(reply)
         else:
             run.violate(f"unknown message type {t!r}")
 
@@ -340,31 +341,29 @@ class SandboxPool:
             return {"t": "refused", "kind": "tool", "message": f"{name} raised {type(e).__name__}: {e}"}
         return {"t": "reply", "value": value}
 
-    def _on_output(self, run: JobRun, kind: str) -> None:
+    def _on_output(self, run: JobRun, kind: str) -> bool:
+        """One read of a job's stdout or stderr; False when there is nothing more to read now."""
         try:
             data = os.read(run.fds[kind], _READ_CHUNK)
         except BlockingIOError:
-            return
-        if data:
-            run.add_output(kind, data)
-        else:
+            return False
+        if not data:
             self._selector.unregister(run.fds[kind])
             run.close(kind)
+            return False
+        run.add_output(kind, data)
+        return True
 
-    def _drain(self, run: JobRun) -> None:
-        """Read what a dead job left in its channel and pipes (it no longer writes)."""
+    def _end(self, run: JobRun, status: int | None, maxrss_kb: int) -> None:
+        """The job process is gone: read what it left in its pipes, record the exit, close up."""
         for msg in run.read_messages():
             if msg["t"] == "result":
                 run.set_result(msg)
         for kind in ("out", "err"):
-            while run.fds[kind] >= 0:
-                try:
-                    data = os.read(run.fds[kind], _READ_CHUNK)
-                except BlockingIOError:
-                    break
-                if not data:
-                    break
-                run.add_output(kind, data)
+            while run.fds[kind] >= 0 and self._on_output(run, kind):
+                pass
+        run.exited(status, maxrss_kb)
+        self._unregister(run)
 
     def _unregister(self, run: JobRun) -> None:
         for kind, fd in run.fds.items():
@@ -398,7 +397,7 @@ class SandboxPool:
     def _kill(self, run: JobRun) -> None:
         run.kill_sent_at = time.monotonic()
         try:
-            protocol.send_control(run.worker.control, {"t": "kill", "job": run.key})
+            protocol.send_control(run.worker.control, protocol.Control(protocol.KILL, run.key))
         except OSError as e:
             self._replace_worker(run.worker, f"kill request failed: {e}")
 
@@ -431,9 +430,7 @@ class SandboxPool:
             run = self._runs[key]
             if not run.timed_out:
                 run.fail_infra(reason)
-            self._drain(run)
-            run.exited(None, 0)
-            self._unregister(run)
+            self._end(run, None, 0)
         worker.runs.clear()
         worker.stop()
         self._workers[worker.index] = None

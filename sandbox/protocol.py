@@ -1,13 +1,19 @@
-"""Messages between the supervisor, the fork server and job processes.
+"""Messages between the supervisor, the fork servers and job processes.
 
 Runs on both sides of the sandbox boundary: standard library only.
 
 Two kinds of channel:
-- control (supervisor <-> fork server): an AF_UNIX SOCK_SEQPACKET pair. One JSON object per
-  packet; `spawn` carries the job's four pipe ends (job in, job out, stdout, stderr) as SCM_RIGHTS.
-- job (supervisor <-> one job process): two pipes, one each way. Frames are a 4-byte big-endian
-  length then that many bytes of UTF-8 JSON. JSON, never pickle: what a job sends is untrusted,
-  and unpickling it in the supervisor would run its code there.
+- control (supervisor <-> fork server): an AF_UNIX SOCK_SEQPACKET pair carrying fixed-size packets
+  (`Control`). `SPAWN` carries the job's four pipe ends (job in, job out, stdout, stderr) as
+  SCM_RIGHTS.
+- job (supervisor <-> one job process): two pipes, one each way. A frame is a 4-byte big-endian
+  length, then the body.
+
+Encodings follow trust. What the supervisor writes is trusted, so frames to a job are `marshal`,
+whose decoder is plain C: JSON's Python-level decoder touches some 70 pages, and in a forked child
+each first touch is a copy-on-write fault (see docs/benchmarks.md). What a job writes is untrusted,
+so frames from a job are UTF-8 JSON, never marshal or pickle, which can crash or run code in the
+reader. Control packets are plain integers both ways, for the same two reasons.
 
 Job channel messages (`t` is the type):
   supervisor -> job:  {"t": "job", "code", "question", "tools": [names]}
@@ -15,35 +21,58 @@ Job channel messages (`t` is the type):
   job -> supervisor:  {"t": "generate", "prompts": [str], "sampling": {...}}
                       {"t": "tool", "name", "args": [...], "kwargs": {...}}
                       {"t": "result", "answer": str} | {"t": "result", "error": {"type", "message", "traceback"}}
-Control messages:
-  supervisor -> server: {"t": "spawn", "job": int} + fds | {"t": "kill", "job": int}
-  server -> supervisor: {"t": "ready", "pid"} | {"t": "exited", "job", "status", "maxrss_kb"}
-                        | {"t": "spawn_failed", "job", "error"}
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import marshal
 import os
 import socket
 import struct
 
 _HEADER = struct.Struct(">I")
-CONTROL_MAX_BYTES = 1 << 16  # Control packets are small; a bigger one is a bug.
+
+# Control packet kinds. Supervisor -> fork server: SPAWN (fds attached), KILL.
+# Fork server -> supervisor: READY (job = the server's pid), EXITED (a = wait status,
+# b = max RSS in KiB), SPAWN_FAILED (a = errno).
+SPAWN, KILL, READY, EXITED, SPAWN_FAILED = b"S", b"K", b"R", b"X", b"F"
+_CONTROL = struct.Struct(">cqqq")
 
 
 class ProtocolError(Exception):
     """A peer sent something that is not a well-formed message."""
 
 
-def encode(msg: dict) -> bytes:
-    """One job-channel frame."""
-    body = json.dumps(msg, ensure_ascii=False).encode("utf-8")
+# ----- job channel ----------------------------------------------------------------------------
+
+
+def to_job(msg: dict) -> bytes:
+    """A frame from the supervisor to a job."""
+    body = marshal.dumps(msg)
     return _HEADER.pack(len(body)) + body
 
 
-def decode_body(body: bytes) -> dict:
-    """The message in a frame body; ProtocolError unless it is a JSON object with a string `t`."""
+def _not_json(obj):
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+# What json.dumps builds on every call, built once in the fork server: in a forked job each page
+# that setup touches is a copy-on-write fault (~40 per job). ASCII escapes let lone surrogates through.
+_encode_json = json.encoder.c_make_encoder(
+    None, _not_json, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True
+)
+
+
+def from_job(msg: dict) -> bytes:
+    """A frame from a job to the supervisor."""
+    body = "".join(_encode_json(msg, 0)).encode("ascii")
+    return _HEADER.pack(len(body)) + body
+
+
+def decode_from_job(body: bytes) -> dict:
+    """The message in a job's frame; ProtocolError unless it is a JSON object with a string `t`."""
     try:
         msg = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: absurd nesting.
@@ -54,7 +83,7 @@ def decode_body(body: bytes) -> dict:
 
 
 class FrameReader:
-    """Incremental frame parser for bytes arriving on a non-blocking stream."""
+    """Incremental parser, in the supervisor, of the frames a job writes to its non-blocking pipe."""
 
     def __init__(self, max_frame_bytes: int):
         self._max = max_frame_bytes
@@ -73,24 +102,20 @@ class FrameReader:
                 break
             body = bytes(self._buf[_HEADER.size : end])
             del self._buf[:end]
-            out.append(decode_body(body))
+            out.append(decode_from_job(body))
         return out
 
-    @property
-    def pending_bytes(self) -> int:
-        return len(self._buf)
 
-
-def send_blocking(fd: int, msg: dict) -> None:
-    """Write one frame to a blocking descriptor (the job side)."""
-    data = memoryview(encode(msg))
+def send_from_job(fd: int, msg: dict) -> None:
+    """In a job: write one frame to the supervisor (blocking)."""
+    data = memoryview(from_job(msg))
     while data:
         n = os.write(fd, data)
         data = data[n:]
 
 
-def recv_blocking(fd: int) -> dict | None:
-    """Read one frame from a blocking descriptor (the job side); None at end of stream."""
+def recv_in_job(fd: int) -> dict | None:
+    """In a job: read one frame from the supervisor (blocking); None at end of stream."""
     header = _read_exact(fd, _HEADER.size)
     if header is None:
         return None
@@ -98,7 +123,7 @@ def recv_blocking(fd: int) -> dict | None:
     body = _read_exact(fd, size)
     if body is None:
         raise ProtocolError("stream ended inside a frame")
-    return decode_body(body)
+    return marshal.loads(body)
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:
@@ -114,20 +139,37 @@ def _read_exact(fd: int, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def send_control(sock: socket.socket, msg: dict, fds: tuple[int, ...] = ()) -> None:
+# ----- control channel ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Control:
+    """One control packet."""
+
+    kind: bytes  # SPAWN, KILL, READY, EXITED or SPAWN_FAILED.
+    job: int
+    a: int = 0
+    b: int = 0
+
+
+def send_control(sock: socket.socket, packet: Control, fds: tuple[int, ...] = ()) -> None:
     """One control packet, with descriptors attached if any."""
-    data = json.dumps(msg).encode("utf-8")
+    data = _CONTROL.pack(packet.kind, packet.job, packet.a, packet.b)
     if fds:
         socket.send_fds(sock, [data], list(fds))
     else:
         sock.send(data)
 
 
-def recv_control(sock: socket.socket, max_fds: int = 0) -> tuple[dict | None, list[int]]:
+def recv_control(sock: socket.socket, max_fds: int = 0) -> tuple[Control | None, list[int]]:
     """One control packet and its descriptors; (None, []) when the peer has closed the channel."""
-    data, fds, _flags, _addr = socket.recv_fds(sock, CONTROL_MAX_BYTES, max_fds)
+    data, fds, _flags, _addr = socket.recv_fds(sock, _CONTROL.size + 1, max_fds)
     if not data:
         for fd in fds:
             os.close(fd)
         return None, []
-    return decode_body(data), fds
+    if len(data) != _CONTROL.size:
+        for fd in fds:
+            os.close(fd)
+        raise ProtocolError(f"control packet of {len(data)} bytes, expected {_CONTROL.size}")
+    return Control(*_CONTROL.unpack(data)), fds

@@ -39,8 +39,8 @@ class _Channel:
 
     def request(self, msg: dict):
         with self._lock:
-            protocol.send_blocking(self._out, msg)
-            reply = protocol.recv_blocking(self._in)
+            protocol.send_from_job(self._out, msg)
+            reply = protocol.recv_in_job(self._in)
         if reply is None:
             raise SolverError("the supervisor closed the job channel")
         if reply["t"] == "refused":
@@ -93,7 +93,7 @@ def run_job(in_fd: int, out_fd: int, max_frames: int, max_answer_chars: int) -> 
     """Read the job, run `solve`, send the result, and leave without running any more Python."""
     exit_now = os._exit  # Bound before harness code runs, which may replace os._exit.
     channel = _Channel(in_fd, out_fd)
-    job = protocol.recv_blocking(in_fd)
+    job = protocol.recv_in_job(in_fd)
     if job is None or job.get("t") != "job":
         exit_now(3)
     code = job["code"]
@@ -114,7 +114,7 @@ def run_job(in_fd: int, out_fd: int, max_frames: int, max_answer_chars: int) -> 
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are harness errors too.
         result = {"t": "result", "error": _describe(exc, max_frames)}
     try:
-        protocol.send_blocking(out_fd, result)
+        protocol.send_from_job(out_fd, result)
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
     except BaseException:  # noqa: BLE001 - a closed channel or stream: the supervisor reports it.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import gc
 import importlib
-import json
+import json  # Only to read the startup config.
 import os
 import select
 import shutil
@@ -52,7 +52,7 @@ class ForkServer:
         for name in self.config["preload"]:
             importlib.import_module(name)
         gc.freeze()  # Keeps the collector from touching (and so copying) the server's pages in children.
-        protocol.send_control(self.control, {"t": "ready", "pid": os.getpid()})
+        protocol.send_control(self.control, protocol.Control(protocol.READY, os.getpid()))
         try:
             control = self.control.fileno()
             while True:
@@ -68,13 +68,13 @@ class ForkServer:
             self._shutdown()
 
     def _on_control(self) -> bool:
-        msg, fds = protocol.recv_control(self.control, max_fds=4)
-        if msg is None:
+        packet, fds = protocol.recv_control(self.control, max_fds=4)
+        if packet is None:
             return False
-        if msg["t"] == "spawn":
-            self._spawn(msg["job"], fds)
-        elif msg["t"] == "kill":
-            entry = self.children.get(msg["job"])
+        if packet.kind == protocol.SPAWN:
+            self._spawn(packet.job, fds)
+        elif packet.kind == protocol.KILL:
+            entry = self.children.get(packet.job)
             if entry is not None:
                 _kill(entry[1])
         return True
@@ -85,7 +85,7 @@ class ForkServer:
         except OSError as e:
             for fd in fds:
                 os.close(fd)
-            protocol.send_control(self.control, {"t": "spawn_failed", "job": job, "error": str(e)})
+            protocol.send_control(self.control, protocol.Control(protocol.SPAWN_FAILED, job, e.errno or 0))
             return
         if pid == 0:
             self._child(job, fds)
@@ -119,9 +119,7 @@ class ForkServer:
             os.rmdir(work_dir)  # The common case: the job wrote no files.
         except OSError:
             shutil.rmtree(work_dir, ignore_errors=True)
-        protocol.send_control(
-            self.control, {"t": "exited", "job": job, "status": status, "maxrss_kb": usage.ru_maxrss}
-        )
+        protocol.send_control(self.control, protocol.Control(protocol.EXITED, job, status, usage.ru_maxrss))
 
     def _shutdown(self) -> None:
         for pid, pidfd in self.children.values():

@@ -158,6 +158,11 @@ def test_unparseable_structure(completion, line):
     assert isinstance(result, Unparseable) and result.line == line
 
 
+def test_apply_refuses_an_empty_search():
+    result = edits.apply("x = 1\n", [Edit(("x = 1",), ("x = 2",)), Edit(("  ",), ("y = 1",))])
+    assert result == Unparseable("edit 2: SEARCH is empty; it must name lines to replace", 0)
+
+
 @pytest.mark.parametrize(
     "completion, complete",
     [
@@ -287,8 +292,9 @@ def test_edit_then_inverse_restores_original(case):
 
 _FAILURES = (Unparseable, Truncated, SpanNotFound, AmbiguousSpan, Overlapping, NoOp, SyntaxInvalid)
 _pieces = st.sampled_from(
-    [edits.SEARCH, edits.DIVIDER, edits.REPLACE, "x = 1", "    x = 1", "\tx = 1", "", "  ", "def f():", "=====", "é\u2028"]
-)
+    [edits.SEARCH, edits.DIVIDER, edits.REPLACE, "x = 1", "    x = 1", "\tx = 1", "", "  ", "def f():", "=====",
+     "é\u2028"]
+)  # fmt: skip
 
 
 @settings(max_examples=300, deadline=None)

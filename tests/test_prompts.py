@@ -11,7 +11,9 @@ from sandbox.pool import SandboxPool
 from sandbox.results import Job, JobResult
 from tests._sandbox_fakes import EchoGenerator
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap not installed (Debian package bubblewrap)")
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bwrap not installed (Debian package bubblewrap)"
+)
 
 
 def _report() -> ExecutionReport:
@@ -90,7 +92,10 @@ def test_seed_harnesses_run_in_the_sandbox():
     # The answer prompt holds the three passages once (hop 2 found no new titles); the echo is cut
     # to 32 words by max_new_tokens=32.
     passages = "\n\n".join(f"[{p['title']}] {p['text']}" for p in paragraphs)
-    prompt = f"Passages:\n{passages}\n\nQuestion: Capital of France?\n\nAnswer with a short phrase only (a name, date or number), no explanation."
+    prompt = (
+        f"Passages:\n{passages}\n\nQuestion: Capital of France?\n\n"
+        "Answer with a short phrase only (a name, date or number), no explanation."
+    )
     assert qa.answer == " ".join(("echo:" + prompt).split()[:32])
     samplings = sorted((size, s.temperature, s.max_new_tokens) for _, size, s in gen.requests)
     assert samplings == [(1, 0.0, 32), (1, 0.0, 32), (1, 0.7, 1024)]

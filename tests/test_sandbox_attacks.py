@@ -78,6 +78,15 @@ def require_contained(pool) -> None:
         pytest.skip(f"jobs are not under a seccomp filter (Seccomp: {info['seccomp']}): refusing to run")
 
 
+KILL_BODY = (
+    "    try:\n"
+    "        os.kill({target}, 9)\n"
+    "    except OSError as e:\n"
+    "        return f'refused errno {{e.errno}}'\n"
+    "    return 'sent'\n"
+)
+
+
 def guarded(body: str) -> str:
     """Attack code that does nothing unless `confined(question)` holds."""
     return GUARD + "\ndef solve(question, solver):\n    if not confined(question):\n        return 'REFUSED'\n" + body
@@ -111,7 +120,15 @@ def test_infinite_loop(pool):
 
 
 def test_loop_that_catches_base_exception(pool):
-    code = "def solve(q, s):\n    while True:\n        try:\n            while True:\n                pass\n        except BaseException:\n            pass\n"
+    code = (
+        "def solve(q, s):\n"
+        "    while True:\n"
+        "        try:\n"
+        "            while True:\n"
+        "                pass\n"
+        "        except BaseException:\n"
+        "            pass\n"
+    )
     assert run_among_normals(pool, code).status == "timeout"
 
 
@@ -148,7 +165,8 @@ def test_subprocess_and_multiprocessing_fail(pool):
     body = (
         "    import subprocess, multiprocessing\n"
         "    out = []\n"
-        "    for start in (lambda: subprocess.run(['/bin/true']), lambda: multiprocessing.Process(target=print).start()):\n"
+        "    starts = (lambda: subprocess.run(['/bin/true']), lambda: multiprocessing.Process(target=print).start())\n"
+        "    for start in starts:\n"
         "        try:\n"
         "            start()\n"
         "            out.append('started')\n"
@@ -178,7 +196,14 @@ def test_thread_spray(pool):
 
 
 def test_200_mb_of_stdout(pool):
-    code = "import sys\ndef solve(q, s):\n    chunk = 'x' * (1 << 20)\n    for _ in range(200):\n        sys.stdout.write(chunk)\n    return 'done'\n"
+    code = (
+        "import sys\n"
+        "def solve(q, s):\n"
+        "    chunk = 'x' * (1 << 20)\n"
+        "    for _ in range(200):\n"
+        "        sys.stdout.write(chunk)\n"
+        "    return 'done'\n"
+    )
     r = run_among_normals(pool, code)
     assert r.status == "ok" and r.answer == "done"
     assert r.stdout_bytes == 200 << 20 and r.stdout_tail == "x" * TAIL
@@ -196,13 +221,13 @@ def test_os_exit(pool):
 
 def test_kill_parent(pool):
     require_contained(pool)
-    body = "    try:\n        os.kill(os.getppid(), 9)\n    except OSError as e:\n        return f'refused errno {e.errno}'\n    return 'sent'\n"
+    body = KILL_BODY.format(target="os.getppid()")
     assert run_among_normals(pool, guarded(body), question=OWN_PIDNS).answer == "refused errno 1"
 
 
 def test_kill_everything(pool):
     require_contained(pool)
-    body = "    try:\n        os.kill(-1, 9)\n    except OSError as e:\n        return f'refused errno {e.errno}'\n    return 'sent'\n"
+    body = KILL_BODY.format(target="-1")
     assert run_among_normals(pool, guarded(body), question=OWN_PIDNS).answer == "refused errno 1"
 
 
@@ -269,7 +294,8 @@ def test_reading_secrets(pool):
         "import os\n"
         "def solve(q, s):\n"
         "    found = [repr(dict(os.environ))]\n"
-        "    for path in ['/etc/shadow', '/etc/passwd', '/root/.bash_history', '/proc/1/environ', '/proc/self/environ']:\n"
+        "    paths = ['/etc/shadow', '/etc/passwd', '/root/.bash_history', '/proc/1/environ', '/proc/self/environ']\n"
+        "    for path in paths:\n"
         "        try:\n"
         "            found.append(path + '=' + open(path, 'rb').read().decode('latin-1'))\n"
         "        except OSError as e:\n"
@@ -279,7 +305,7 @@ def test_reading_secrets(pool):
     r = run_among_normals(pool, code)
     assert SECRET not in r.answer
     lines = r.answer.split("\n")
-    assert lines[1:4] == ["/etc/shadow:FileNotFoundError", "/etc/passwd:FileNotFoundError", "/root/.bash_history:FileNotFoundError"]
+    assert lines[1:4] == [f"{p}:FileNotFoundError" for p in ("/etc/shadow", "/etc/passwd", "/root/.bash_history")]
     assert eval(lines[0]) == {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "PWD": "/tmp"}  # noqa: S307
 
 
@@ -295,7 +321,13 @@ def test_garbage_on_the_job_channel(pool):
 
 
 def test_oversized_frame_on_the_job_channel(pool):
-    code = "import os\ndef solve(q, s):\n    os.write(4, b'\\xff\\xff\\xff\\xff')\n    import time; time.sleep(1)\n    return 'x'\n"
+    code = (
+        "import os, time\n"
+        "def solve(q, s):\n"
+        "    os.write(4, b'\\xff\\xff\\xff\\xff')  # A 4 GiB frame header.\n"
+        "    time.sleep(1)\n"
+        "    return 'x'\n"
+    )
     r = run_among_normals(pool, code)
     assert r.status == "crashed" and "exceeds the limit" in r.reason
 
@@ -318,8 +350,10 @@ def test_ctypes_syscalls(pool):
         "    import ctypes\n"
         "    libc = ctypes.CDLL(None, use_errno=True)\n"
         "    out = []\n"
-        "    for name, call in [('kill', lambda: libc.kill(-1, 9)), ('fork', lambda: libc.syscall(57)),\n"
-        "                       ('clone', lambda: libc.syscall(56, 17, 0, 0, 0, 0)), ('ptrace', lambda: libc.ptrace(16, 1, 0, 0))]:\n"
+        "    calls = [('kill', lambda: libc.kill(-1, 9)), ('fork', lambda: libc.syscall(57)),\n"
+        "             ('clone', lambda: libc.syscall(56, 17, 0, 0, 0, 0)),\n"
+        "             ('ptrace', lambda: libc.ptrace(16, 1, 0, 0))]\n"
+        "    for name, call in calls:\n"
         "        rc = call()\n"
         "        out.append(f'{name}={rc}/{ctypes.get_errno()}')\n"
         "    return ' '.join(out)\n"

@@ -133,7 +133,11 @@ def test_call_budget():
 
 
 def test_token_budget_cuts_max_new_tokens():
-    code = "def solve(q, solver):\n    a = solver.generate('a b c d e f')\n    return a + '|' + solver.generate('x y z')\n"
+    code = (
+        "def solve(q, solver):\n"
+        "    a = solver.generate('a b c d e f')\n"
+        "    return a + '|' + solver.generate('x y z')\n"
+    )
     with SandboxPool(SandboxConfig(workers=1), EchoGenerator(), SolverConfig(max_tokens=7)) as p:
         (r,) = p.run([Job(code, "q")])
     # First call: 6 of 7 tokens ("echo:a b c d e f" is 6 words). Second call: 1 token left.
@@ -236,13 +240,23 @@ def test_tool_returning_non_json_is_an_infra_error():
 
 def test_fork_server_imports_no_at_fork_hooks(pool):
     # threading and random register at-fork hooks that every job would pay for (see worker.py).
-    code = "import sys\ndef solve(q, s):\n    return ' '.join(m for m in ('threading', 'random', 'pyseccomp') if m in sys.modules)\n"
+    code = (
+        "import sys\n"
+        "def solve(q, s):\n"
+        "    return ' '.join(m for m in ('threading', 'random', 'pyseccomp') if m in sys.modules)\n"
+    )
     (r,) = pool.run([Job(code, "q")])
     assert r.status == "ok" and r.answer == ""
 
 
 def test_output_tails_are_capped_and_counted():
-    code = "import sys\ndef solve(q, s):\n    print('a' * 5000 + 'END')\n    sys.stderr.write('warn\\n')\n    return q\n"
+    code = (
+        "import sys\n"
+        "def solve(q, s):\n"
+        "    print('a' * 5000 + 'END')\n"
+        "    sys.stderr.write('warn\\n')\n"
+        "    return q\n"
+    )
     with SandboxPool(SandboxConfig(workers=1, output_tail_bytes=100), None) as p:
         (r,) = p.run([Job(code, "q")])
     assert r.stdout_bytes == 5004 and r.stdout_tail == "a" * 96 + "END\n"

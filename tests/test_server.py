@@ -68,7 +68,8 @@ def test_openai_endpoints(server):
                                                          "temperature": 0.5, "logprobs": 1})
     assert status == 200 and out["object"] == "text_completion" and len(out["choices"]) == 4
     assert len(out["choices"][0]["logprobs"]["token_logprobs"]) == 3
-    assert out["usage"]["completion_tokens"] == 12
+    generated = [len(c["logprobs"]["token_logprobs"]) for c in out["choices"]]
+    assert all(1 <= g <= 3 for g in generated) and out["usage"]["completion_tokens"] == sum(generated)
     status, out = _post(server.url, "/v1/chat/completions", {
         "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0,
         "chat_template_kwargs": {"enable_thinking": False}})

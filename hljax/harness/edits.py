@@ -151,6 +151,10 @@ EditResult = Union[Applied, EditFailure]
 # ----- parsing --------------------------------------------------------------------------------
 
 
+def _empty_search(index: int, line: int) -> Unparseable:
+    return Unparseable(f"edit {index + 1}: SEARCH is empty; it must name lines to replace", line)
+
+
 def _split_lines(text: str) -> list[str]:
     """Lines split on '\\n' only (not on the other characters str.splitlines breaks at)."""
     return text.replace("\r\n", "\n").split("\n")
@@ -174,7 +178,7 @@ def parse(completion: str) -> tuple[Edit, ...] | Unparseable | Truncated:
         elif state == "search":
             if marker == DIVIDER:
                 if not any(s.strip() for s in search):
-                    return Unparseable(f"edit {len(edits) + 1}: SEARCH is empty; it must name lines to replace", n)
+                    return _empty_search(len(edits), n)
                 state = "replace"
             elif marker in (SEARCH, REPLACE):
                 return Unparseable(f"{marker!r} before the {DIVIDER!r} divider", n)
@@ -258,8 +262,8 @@ def _nearest(lines: Sequence[str], search: Sequence[str], width: int = 8) -> tup
 
 def _locate(lines: list[str], edit: Edit, index: int) -> _Span | SpanNotFound | AmbiguousSpan | Unparseable:
     k, search = len(edit.search), list(edit.search)
-    if not any(s.strip() for s in search):
-        return Unparseable(f"edit {index + 1}: SEARCH is empty; it must name lines to replace", 0)
+    if not any(s.strip() for s in search):  # Only reachable through `apply`: `parse` refuses it.
+        return _empty_search(index, 0)
     starts = range(len(lines) - k + 1)
     exact = [i for i in starts if lines[i] == search[0] and lines[i : i + k] == search]
     if len(exact) == 1:

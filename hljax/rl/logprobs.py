@@ -22,9 +22,9 @@ class Sequences:
     loss_mask: jax.Array  # [B, L] fp32: 1 where token t + 1 is a completion token (the targets)
 
 
-def _chunk_logprobs(h: jax.Array, w: jax.Array, targets: jax.Array, temperature: float):
-    """h: [B, C, D], w: [D, V], targets: [B, C] -> (logp [B, C], entropy [B, C])."""
-    logits = project(h, w) / temperature  # [B, C, V] fp32
+def _chunk_logprobs(h: jax.Array, w: jax.Array, vocab_major: bool, targets: jax.Array, temperature: float):
+    """h: [B, C, D], w: the output projection (see qwen3.project), targets: [B, C] -> (logp, entropy) [B, C]."""
+    logits = project(h, w, vocab_major) / temperature  # [B, C, V] fp32
     lse = jax.nn.logsumexp(logits, axis=-1)
     logp = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0] - lse
     probs = jnp.exp(logits - lse[..., None])
@@ -48,8 +48,8 @@ def sequence_logprobs(
     n = L // C
     hc = h.reshape(B, n, C, -1).swapaxes(0, 1)  # [n, B, C, D]
     tc = targets.reshape(B, n, C).swapaxes(0, 1)
-    w = model.head_weight()
-    step = jax.checkpoint(lambda hh, tt: _chunk_logprobs(hh, w, tt, temperature))
+    w, vocab_major = model.head_weight(), model.cfg.tie_word_embeddings
+    step = jax.checkpoint(lambda hh, tt: _chunk_logprobs(hh, w, vocab_major, tt, temperature))
     logp, ent = jax.lax.map(lambda xs: step(*xs), (hc, tc))  # [n, B, C]
     logp = logp.swapaxes(0, 1).reshape(B, L)
     ent = ent.swapaxes(0, 1).reshape(B, L)
