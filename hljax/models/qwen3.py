@@ -227,3 +227,9 @@ def project(h: jax.Array, w: jax.Array, vocab_major: bool) -> jax.Array:
     eq = "BTD,VD->BTV" if vocab_major else "BTD,DV->BTV"
     logits = jnp.einsum(eq, h, w.astype(h.dtype), preferred_element_type=jnp.float32)
     return shd.constrain(logits, (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_VOCAB))
+
+
+def create(cfg: ModelConfig, mesh: jax.sharding.Mesh, seed: int = 0) -> Qwen3:
+    """A randomly initialised model whose parameters are born sharded on `mesh`."""
+    with shd.use_mesh(mesh):
+        return Qwen3(cfg, rngs=nnx.Rngs(seed))
