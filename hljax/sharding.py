@@ -130,7 +130,7 @@ def named_sharding(mesh: Mesh, names: Sequence[str | None], shape: Sequence[int]
     spec = logical_to_spec(names)
     if shape is not None:
         for dim, axes in zip(shape, spec):
-            size = _axes_size(mesh, axes)
+            size = axes_size(mesh, axes)
             if dim % size:
                 raise ValueError(
                     f"dimension {dim} of shape {tuple(shape)} (logical {tuple(names)}) is not divisible by "
@@ -139,7 +139,8 @@ def named_sharding(mesh: Mesh, names: Sequence[str | None], shape: Sequence[int]
     return NamedSharding(mesh, spec)
 
 
-def _axes_size(mesh: Mesh, axes: MeshAxes) -> int:
+def axes_size(mesh: Mesh, axes: MeshAxes) -> int:
+    """Devices along `axes` (a mesh axis name, a tuple of them, or None)."""
     if axes is None:
         return 1
     if isinstance(axes, str):
@@ -156,7 +157,7 @@ def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
         return x
-    spec = [axes if dim % _axes_size(mesh, axes) == 0 else None for dim, axes in zip(x.shape, logical_to_spec(names))]
+    spec = [axes if dim % axes_size(mesh, axes) == 0 else None for dim, axes in zip(x.shape, logical_to_spec(names))]
     return jax.lax.with_sharding_constraint(x, P(*spec))
 
 

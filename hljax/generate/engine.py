@@ -190,7 +190,7 @@ class Engine:
             raise RequestError(f"request {i}: more than {self.config.max_stop_ids} stop token ids")
 
     def _batch_size(self, n: int) -> int:
-        shard = shd._axes_size(self.mesh, ("data", "fsdp"))
+        shard = shd.axes_size(self.mesh, ("data", "fsdp"))
         b = max(_bucket(n, 1), shard)
         return -(-b // shard) * shard
 
