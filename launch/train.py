@@ -7,12 +7,13 @@ Rerunning it on a run_dir with checkpoints resumes from the latest one.
 """
 
 import logging
+import sys
 
 from absl import app, flags
 from ml_collections import config_flags
 
 from hljax.rl.run_config import RunConfig
-from hljax.rl.trainer import Trainer
+from hljax.rl.trainer import Preempted, Trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).", lock_config=True)
 
@@ -23,7 +24,11 @@ def main(argv):
     for noisy in ("absl", "jax", "orbax", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     cfg = RunConfig.from_config(_CONFIG.value)
-    summary = Trainer(cfg).run()
+    try:
+        summary = Trainer(cfg).run()
+    except Preempted as e:
+        print(f"\n== preempted == {e}", flush=True)
+        sys.exit(143)  # 128 + SIGTERM: schedulers requeue, and the rerun resumes.
     print("\n== run finished ==")
     for key, value in summary.items():
         print(f"{key:>20}: {value}")

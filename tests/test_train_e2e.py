@@ -53,6 +53,34 @@ def test_tiny_run_end_to_end(tmp_path):
     model = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(run, "export"))
     assert model.config.num_hidden_layers == 2
 
+    # launch.export of the last checkpoint gives the same weights as the run's own export.
+    out = subprocess.run([sys.executable, "-m", "launch.export", "--checkpoint", os.path.join(run, "checkpoints"),
+                          "--step", "101", "--out", str(tmp_path / "from_ckpt")], cwd=ROOT, capture_output=True,
+                         text=True, env={**os.environ, "XLA_FLAGS": ""})
+    assert out.returncode == 0, out.stderr[-3000:]
+    from safetensors.numpy import load_file
+
+    want = load_file(os.path.join(run, "export", "model.safetensors"))
+    got = load_file(str(tmp_path / "from_ckpt" / "model.safetensors"))
+    assert set(got) == set(want) and all(np.array_equal(got[k], want[k]) for k in want)
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_and_exits(tmp_path):
+    run = str(tmp_path / "term")
+    proc = _train(run, "--config.mode=sft", "--config.sft.steps=500", "--config.sft.eval_rows=0",
+                  "--config.checkpoint.every=1000", wait=False)
+    metrics = os.path.join(run, "metrics.jsonl")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (os.path.exists(metrics) and len(_metrics(run)) >= 3):
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out[-3000:]
+    last = _metrics(run)[-1]["step"]
+    assert f"SIGTERM: saved step {last}" in out
+    assert ocp.CheckpointManager(os.path.join(run, "checkpoints")).all_steps() == [last]
+
 
 @pytest.mark.slow
 def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tmp_path):

@@ -40,26 +40,29 @@ class TrainCheckpointer:
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
 
-    def restore(self, model: nnx.Module, optimizer: nnx.Optimizer | None, step: int | None = None) -> dict | None:
+    def all_steps(self) -> list[int]:
+        return sorted(self._manager.all_steps())
+
+    def read_meta(self, step: int) -> dict:
+        """The JSON record of `step` alone (stage, seed, ...), e.g. to rebuild its optimiser first."""
+        return self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+
+    def restore(self, model: nnx.Module, optimizer: nnx.Optimizer, step: int | None = None) -> dict | None:
         """Load `step` (default: latest) into `model` and `optimizer` in place; -> its meta, or None if
-        there is no checkpoint."""
+        there is no checkpoint. The optimizer must have the structure it was saved with."""
         step = self.latest_step() if step is None else step
         if step is None:
             return None
         model_state = nnx.state(model)
-        target = {"model": _abstract(nnx.to_pure_dict(model_state))}
-        if optimizer is not None:
-            opt_state = nnx.state(optimizer)
-            target["optimizer"] = _abstract(nnx.to_pure_dict(opt_state))
+        opt_state = nnx.state(optimizer)
+        target = {"model": _abstract(nnx.to_pure_dict(model_state)), "optimizer": _abstract(nnx.to_pure_dict(opt_state))}
         restored = self._manager.restore(
-            step,
-            args=ocp.args.Composite(state=ocp.args.StandardRestore(target, strict=False), meta=ocp.args.JsonRestore()),
+            step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore())
         )
         nnx.replace_by_pure_dict(model_state, restored["state"]["model"])
         nnx.update(model, model_state)
-        if optimizer is not None:
-            nnx.replace_by_pure_dict(opt_state, restored["state"]["optimizer"])
-            nnx.update(optimizer, opt_state)
+        nnx.replace_by_pure_dict(opt_state, restored["state"]["optimizer"])
+        nnx.update(optimizer, opt_state)
         log.info("restored step %d from %s", step, self.directory)
         return restored["meta"]
 

@@ -1,0 +1,64 @@
+"""Export a training checkpoint as an HF folder that transformers and SGLang load.
+
+    python -m launch.export --checkpoint runs/tiny/checkpoints --step 127 --out runs/tiny/hf-127
+
+The architecture and tokenizer come from the run's initial weights (recorded in the run's
+config.json beside the checkpoints); --base overrides that folder.
+"""
+
+import argparse
+import json
+import os
+
+import jax.numpy as jnp
+
+from flax import nnx
+
+from hljax import sharding as shd
+from hljax.checkpoint import hf
+from hljax.checkpoint.orbax import TrainCheckpointer
+from hljax.rl.config import OptimConfig
+from hljax.rl.train_step import make_optimizer
+
+
+def export(checkpoint_dir: str, step: int | None, out: str, base: str | None = None, dtype: str | None = None) -> str:
+    run_dir = os.path.dirname(os.path.abspath(checkpoint_dir.rstrip("/")))
+    config_file = os.path.join(run_dir, "config.json")
+    if not os.path.exists(config_file):
+        raise FileNotFoundError(f"{config_file} not found: the checkpoints folder must sit in its run directory")
+    with open(config_file) as f:
+        run_cfg = json.load(f)
+    base = base or run_cfg["model"]["path"] or os.path.join(run_dir, "init")
+    param_dtype = getattr(jnp, run_cfg["model"]["param_dtype"])
+    ckpt = TrainCheckpointer(checkpoint_dir)
+    available = ckpt.all_steps()
+    if not available:
+        raise FileNotFoundError(f"{checkpoint_dir}: no checkpoint")
+    step = available[-1] if step is None else step
+    if step not in available:
+        raise ValueError(f"{checkpoint_dir}: no step {step}; available steps: {available}")
+    mesh = shd.make_mesh()
+    model = hf.load_hf(base, mesh, dtype=param_dtype, param_dtype=param_dtype)
+    # The saved optimiser state has the structure of its stage's optimiser; rebuild that to restore.
+    stage = ckpt.read_meta(step)["stage"]
+    optim = OptimConfig(**run_cfg["sft_optim" if stage == "sft" else "optim"])
+    with shd.use_mesh(mesh):
+        optimizer = nnx.Optimizer(model, make_optimizer(optim), wrt=nnx.Param)
+    ckpt.restore(model, optimizer, step)
+    ckpt.close()
+    return hf.save_hf(model, out, dtype=dtype, source_dir=base)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", required=True, help="the run's checkpoints/ folder")
+    parser.add_argument("--step", type=int, default=None, help="default: the latest")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--base", default=None, help="initial HF folder (default: from the run's config.json)")
+    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    args = parser.parse_args()
+    print(f"wrote {export(args.checkpoint, args.step, args.out, args.base, args.dtype)}")
+
+
+if __name__ == "__main__":
+    main()
