@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import logging
 import os
 import time
@@ -33,6 +34,11 @@ from hljax.tasks.suite import SEED_HARNESS, build_tasks
 from sandbox.pool import SandboxPool
 
 log = logging.getLogger(__name__)
+
+
+def derive_seed(*parts) -> int:
+    """A sampling seed that depends only on `parts` (run seed, step, index), so reruns repeat."""
+    return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=4).digest(), "little") % 2**31
 
 
 @dataclasses.dataclass
@@ -95,8 +101,6 @@ class Rollouts:
 
     def collect(self, step: int) -> RolloutBatch:
         cfg, g = self.cfg, self.cfg.grpo
-        from hljax.rl.trainer import derive_seed
-
         t0 = time.perf_counter()
         states = [self.state(step * g.prompts_per_step + i) for i in range(g.prompts_per_step)]
         conversations = [s.messages(cfg.prompt) for s in states]

@@ -8,7 +8,6 @@ resumed from a checkpoint at step k repeats what an uninterrupted run does from 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -26,19 +25,18 @@ from hljax import metrics as mx
 from hljax import sharding as shd
 from hljax.checkpoint import hf
 from hljax.checkpoint.orbax import TrainCheckpointer
+from hljax.generate.engine import Engine, EngineConfig, Request
+from hljax.generate.types import SamplingParams
+from hljax.loop.revision import candidate
 from hljax.rl import rewards as rw
 from hljax.rl import sft_data
 from hljax.rl.batching import bucket_length, pack, split_micro
 from hljax.rl.config import LossConfig
-from hljax.rl.rollout import Rollouts
+from hljax.rl.rollout import Rollouts, derive_seed
 from hljax.rl.run_config import RunConfig
 from hljax.rl.train_step import TrainBatch, batch_sharding, make_optimizer, sequence_logprobs_jit, train_step
 
 log = logging.getLogger(__name__)
-
-
-def derive_seed(*parts) -> int:
-    return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=4).digest(), "little") % 2**31
 
 
 class Preempted(Exception):
@@ -66,8 +64,9 @@ class Trainer:
         self.checkpointer = TrainCheckpointer(os.path.join(cfg.run_dir, "checkpoints"), keep=cfg.checkpoint.keep,
                                               async_save=cfg.checkpoint.async_save)
         self._stop = False
-        self.rollouts: Rollouts | None = None
+        self.rollouts: Rollouts | None = None  # Started at the first GRPO step.
         self.ref_model = None
+        self._sft_data: tuple[list, list] | None = None  # (encoded training rows, held-out rows), loaded once.
 
     # ----- set-up -----
 
@@ -170,11 +169,11 @@ class Trainer:
     # ----- SFT -----
 
     def _sft_rows(self):
-        if not hasattr(self, "_sft_cache"):
+        if self._sft_data is None:
             rows = sft_data.load_rows(self.cfg.sft.data)
             n_eval = min(self.cfg.sft.eval_rows, len(rows) // 4)
-            self._sft_cache = ([sft_data.encode(self.tokenizer, r) for r in rows[n_eval:]], rows[:n_eval])
-        return self._sft_cache
+            self._sft_data = ([sft_data.encode(self.tokenizer, r) for r in rows[n_eval:]], rows[:n_eval])
+        return self._sft_data
 
     def _sft_step(self, step: int) -> dict:
         cfg = self.cfg
@@ -191,10 +190,6 @@ class Trainer:
 
     def _sft_validity(self, when: str) -> float:
         """Share of held-out SFT prompts whose sampled completion is a valid edit of the row's harness."""
-        from hljax.generate.engine import Engine, EngineConfig, Request
-        from hljax.generate.types import SamplingParams
-        from hljax.loop.revision import candidate
-
         cfg = self.cfg
         _, rows = self._sft_rows()
         copy = nnx.merge(*nnx.split(jax.tree.map(jnp.copy, self.model)))  # The engine must not see donated buffers.
