@@ -15,8 +15,8 @@ def get_config():
     c.model.preset = "tiny"
     c.sft_optim.learning_rate = 5e-3
     c.sft_optim.warmup_steps = 10
-    c.sft_optim.decay_steps = 110
-    c.sft.steps = 120
+    c.sft_optim.decay_steps = 190
+    c.sft.steps = 200
     c.sft.batch_size = 4
     c.sft.max_len = 1280
     c.sft.eval_temperature = 0.3
