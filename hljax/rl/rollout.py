@@ -101,9 +101,11 @@ class Rollouts:
 
     def collect(self, step: int) -> RolloutBatch:
         cfg, g = self.cfg, self.cfg.grpo
-        t0 = time.perf_counter()
+        t_states = time.perf_counter()
+        # A state's report comes from sandbox runs (once per state, then cached): sandbox time.
         states = [self.state(step * g.prompts_per_step + i) for i in range(g.prompts_per_step)]
         conversations = [s.messages(cfg.prompt) for s in states]
+        t0 = time.perf_counter()
 
         def propose(i):
             sp = SamplingParams(max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
@@ -115,9 +117,9 @@ class Rollouts:
         t1 = time.perf_counter()
 
         outcomes = []
-        for i, (state, group) in enumerate(zip(states, groups)):
+        window = step % g.scoring_windows
+        for state, group in zip(states, groups):
             cands = [candidate(state.harness, c.text) for c in group]
-            window = step % g.scoring_windows
             questions = state.task.take("scoring", g.scoring_questions, start=window * g.scoring_questions)
             valid = [j for j, c in enumerate(cands) if rw.failure_kind(c) is None]
             scored = score_candidates(self.pool, state.task, [cands[j].code for j in valid], questions)
@@ -133,7 +135,8 @@ class Rollouts:
         prompts = [self.tokenizer.encode(render_chat(self.tokenizer, c, enable_thinking=False)) for c in conversations]
         sequences = [(prompts[i], list(c.token_ids)) for i, group in enumerate(groups) for c in group]
         sampler = [list(c.logprobs or ()) for group in groups for c in group]
-        return RolloutBatch(sequences, sampler, adv, keep, _metrics(flat, rewards[keep], groups), t1 - t0, t2 - t1)
+        return RolloutBatch(sequences, sampler, adv, keep, _metrics(flat, rewards[keep], groups), t1 - t0,
+                            (t2 - t1) + (t0 - t_states))
 
 
 def _metrics(flat: list[rw.Outcome], kept_rewards: np.ndarray, groups) -> dict:

@@ -30,7 +30,7 @@ from hljax.generate.types import SamplingParams
 from hljax.loop.revision import candidate
 from hljax.rl import rewards as rw
 from hljax.rl import sft_data
-from hljax.rl.batching import bucket_length, pack, split_micro
+from hljax.rl.batching import bucket_length, completion_logprobs, pack, split_micro
 from hljax.rl.config import LossConfig
 from hljax.rl.rollout import Rollouts, derive_seed
 from hljax.rl.run_config import RunConfig
@@ -273,11 +273,8 @@ class Trainer:
 
 def _sampler_gap(trainer_lp: np.ndarray, sampler_lps, prompts) -> float:
     """Mean |sampler - trainer| log-prob over completion tokens (engines differ in numerics)."""
-    gaps = []
-    for b, (lps, p) in enumerate(zip(sampler_lps, prompts)):
-        if lps:
-            ours = trainer_lp[b, len(p) - 1 : len(p) - 1 + len(lps)]
-            gaps.append(np.abs(ours - np.asarray(lps)))
+    gaps = [np.abs(completion_logprobs(trainer_lp[b], len(p), len(lps)) - np.asarray(lps))
+            for b, (lps, p) in enumerate(zip(sampler_lps, prompts)) if lps]
     return float(np.concatenate(gaps).mean()) if gaps else float("nan")
 
 
