@@ -28,7 +28,7 @@ from hljax.loop.revision import build_state, candidate  # noqa: E402
 from hljax.tasks.suite import split_config  # noqa: E402
 from hljax.rl.run_config import RunConfig  # noqa: E402
 from hljax.tasks.reasoning_gym import FamilyLists, RGTaskConfig, family_tasks  # noqa: E402
-from launch.init_model import init_model  # noqa: E402
+from hljax.models.presets import init_model  # noqa: E402
 from sandbox.pool import SandboxPool  # noqa: E402
 
 RETURN = "    return solver.generate(question).strip()"

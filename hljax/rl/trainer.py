@@ -28,6 +28,7 @@ from hljax.checkpoint.orbax import TrainCheckpointer
 from hljax.generate.engine import Engine, EngineConfig, Request
 from hljax.generate.types import SamplingParams
 from hljax.loop.revision import candidate
+from hljax.models.presets import init_model
 from hljax.rl import rewards as rw
 from hljax.rl import sft_data
 from hljax.rl.batching import bucket_length, completion_logprobs, pack, split_micro
@@ -75,8 +76,6 @@ class Trainer:
             return self.cfg.model.path
         path = os.path.join(self.cfg.run_dir, "init")
         if not os.path.exists(os.path.join(path, "config.json")):
-            from launch.init_model import init_model
-
             init_model(self.cfg.model.preset, path, seed=self.cfg.seed)
         return path
 
