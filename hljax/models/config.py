@@ -95,13 +95,9 @@ class ModelConfig:
 
     @classmethod
     def qwen3_4b(cls, **overrides) -> ModelConfig:
-        """Qwen3-4B's shape."""
-        args = dict(
-            vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_layers=36, num_heads=32,
-            num_kv_heads=8, head_dim=128, rope=RopeConfig(theta=1e6), tie_word_embeddings=True,
-            max_position_embeddings=40960, bos_token_id=151643, eos_token_ids=(151645,),
-        )
-        return cls(**{**args, **overrides})
+        """Qwen3-4B's shape: Qwen3-0.6B's vocabulary, RoPE and head layout, wider and deeper."""
+        size = dict(hidden_size=2560, intermediate_size=9728, num_layers=36, num_heads=32)
+        return cls.qwen3_0p6b(**{**size, **overrides})
 
     @property
     def num_groups(self) -> int:
