@@ -13,7 +13,8 @@ def get_config() -> ml_collections.ConfigDict:
 
     c.model = dict(path="", preset="tiny", dtype="float32", param_dtype="float32", remat=False)
     c.mesh = dict(data=1, fsdp=-1, tensor=1)
-    c.distributed = dict(initialize=False, coordinator="", num_processes=0, process_id=-1)
+    c.distributed = dict(initialize=False, coordinator="", num_processes=0, process_id=-1, heartbeat_timeout_s=100,
+                         init_timeout_s=300, shutdown_timeout_s=300)
 
     c.optim = dict(learning_rate=1e-6, warmup_steps=0, decay_steps=1000, final_lr_ratio=0.1, b1=0.9, b2=0.999,
                    eps=1e-8, weight_decay=0.0, max_grad_norm=1.0)
@@ -28,6 +29,10 @@ def get_config() -> ml_collections.ConfigDict:
                   max_new_tokens=256, temperature=1.0, top_p=1.0, top_k=-1, scoring_questions=4,
                   scoring_windows=8, state_rounds=4)
 
+    # Revision states GRPO trains on: seed (single-step), offline (phases, pool refreshed by the current
+    # proposer), online (live revision chains); see hljax/loop/states.py.
+    c.states = dict(mode="seed", refresh_every=50, rounds=2, proposals=4, scoring_questions=8,
+                    max_new_tokens=1024, temperature=1.0, keep_seeds=True, max_depth=4)
     c.rollout = dict(backend="embedded_server", url="", sync_dir="", max_batch=16, max_seq_len=4096)
     c.solver = dict(backend="embedded", path="", url="", max_batch=16, max_seq_len=4096, prompt_mode="chat",
                     enable_thinking=False, max_new_tokens=256, temperature=0.0, top_p=1.0, top_k=-1,

@@ -27,21 +27,29 @@ MAIN_CURVES = (
 
 
 class MetricsWriter:
-    def __init__(self, directory: str, *, resume_from_step: int | None = None, tensorboard: bool = True):
-        os.makedirs(directory, exist_ok=True)
+    def __init__(self, directory: str, *, resume_from_step: int | None = None, tensorboard: bool = True,
+                 active: bool = True):
+        """active=False (every process but the first of a multi-process run): write nothing, so the
+        run's files are written once; `jsonl` still names the file process 0 writes."""
         self.directory = directory
         self.jsonl = os.path.join(directory, "metrics.jsonl")
+        self.active = active
+        self._tb = None
+        if not active:
+            return
+        os.makedirs(directory, exist_ok=True)
         if resume_from_step is not None and os.path.exists(self.jsonl):
             kept = [r for r in read_jsonl(self.jsonl) if r.get("step", -1) <= resume_from_step]
             with open(self.jsonl, "w") as f:
                 f.writelines(json.dumps(r) + "\n" for r in kept)
-        self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter
 
             self._tb = SummaryWriter(os.path.join(directory, "tensorboard"), flush_secs=10)
 
     def write(self, step: int, metrics: Mapping[str, float | int | str]) -> None:
+        if not self.active:
+            return
         row = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
         with open(self.jsonl, "a") as f:
             f.write(json.dumps(row) + "\n")

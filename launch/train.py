@@ -2,7 +2,8 @@
 
     python -m launch.train --config configs/tiny.py [--config.grpo.steps=10 ...]
 
-The same command runs on every host of a TPU pod or GPU cluster (set distributed.initialize=True).
+The same command runs on every host of a TPU pod or GPU cluster (set distributed.initialize=True, or
+the JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID variables; docs/scaling.md).
 Rerunning it on a run_dir with checkpoints resumes from the latest one.
 """
 
@@ -12,23 +13,30 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
+from hljax import distributed as dist
 from hljax.rl.run_config import RunConfig
-from hljax.rl.trainer import Preempted, Trainer
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).", lock_config=True)
 
 
 def main(argv):
     del argv
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = RunConfig.from_config(_CONFIG.value)
+    multi = dist.initialize(cfg.distributed)  # First, before any JAX device exists.
+    # Imported after initialize: the trainer's imports include bm25s, which runs JAX at import time.
+    from hljax.rl.trainer import Preempted, Trainer
+
+    tag = f"[p{dist.process_index()}/{dist.process_count()}] " if multi else ""
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s")
     for noisy in ("absl", "jax", "orbax", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    cfg = RunConfig.from_config(_CONFIG.value)
     try:
         summary = Trainer(cfg).run()
     except Preempted as e:
-        print(f"\n== preempted == {e}", flush=True)
+        print(f"\n== preempted == {tag}{e}", flush=True)
         sys.exit(143)  # 128 + SIGTERM: schedulers requeue, and the rerun resumes.
+    if not dist.is_main():
+        return
     print("\n== run finished ==")
     for key, value in summary.items():
         print(f"{key:>20}: {value}")

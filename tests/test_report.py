@@ -49,7 +49,7 @@ def test_full_render():
     assert "What happened: killed by signal SIGSEGV\nstderr (end):\nFatal\n" in text
     assert (
         "Harness answer: nope\nThe answer could not be scored (counted as 0): ValueError: not a number\n"
-        "stdout (end):\ndbg\nSolver calls: 2 (20 prompt + 10 completion tokens); time 0.00s"
+        "stdout (end):\ndbg\nSolver calls: 2 (20 prompt + 10 completion tokens)\n"
     ) in text
     assert "question 5" not in text  # The infra error.
 
@@ -83,3 +83,11 @@ def test_render_with_token_budget():
 def test_mismatched_lengths_are_refused():
     with pytest.raises(ValueError, match="2 jobs but 1 results"):
         ExecutionReport.from_results([Job("c", "a"), Job("c", "b")], [JobResult("", "ok", "x", 1.0)])
+
+
+def test_run_time_shown_only_in_whole_seconds_when_slow():
+    # Sub-second jitter must not reach the proposer's prompt (a resumed run must see the same prompt).
+    jobs = [Job("c", "q0", reference="r"), Job("c", "q1", reference="r")]
+    results = [JobResult("", "ok", "a", 0.0, run_s=0.0123), JobResult("", "ok", "b", 0.0, run_s=2.4)]
+    text = ExecutionReport.from_results(jobs, results).render()
+    assert text.count("; time ") == 1 and "; time 2s" in text and "0.01" not in text

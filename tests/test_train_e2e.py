@@ -33,10 +33,16 @@ def _metrics(run_dir):
         return [json.loads(line) for line in f]
 
 
-@pytest.mark.slow
-def test_tiny_run_end_to_end(tmp_path):
-    run = str(tmp_path / "tiny")
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    run = str(tmp_path_factory.mktemp("e2e") / "tiny")
     log = _train(run, "--config.sft.steps=100", "--config.grpo.steps=2", "--config.checkpoint.every=40")
+    return run, log
+
+
+@pytest.mark.slow
+def test_tiny_run_end_to_end(tiny_run, tmp_path):
+    run, log = tiny_run
     before = float(log.split("validity_before_sft: ")[1].split()[0])
     after = float(log.split("validity_after_sft: ")[1].split()[0])
     print(f"edit validity: untrained {before:.2f}, after SFT {after:.2f}")
@@ -63,6 +69,32 @@ def test_tiny_run_end_to_end(tmp_path):
     want = load_file(os.path.join(run, "export", "model.safetensors"))
     got = load_file(str(tmp_path / "from_ckpt" / "model.safetensors"))
     assert set(got) == set(want) and all(np.array_equal(got[k], want[k]) for k in want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["offline", "online"])
+def test_multistep_states_hold_proposer_harnesses(tiny_run, tmp_path, mode):
+    """Multistep RL from the SFT export: after a refresh (offline) or a step (online) the state pool
+    holds harnesses the proposer wrote, not only seeds."""
+    run, _ = tiny_run
+    out = str(tmp_path / mode)
+    _train(out, "--config.mode=grpo", f"--config.model.path={os.path.join(run, 'export')}",
+           f"--config.states.mode={mode}", "--config.grpo.steps=2", "--config.states.refresh_every=2",
+           "--config.states.rounds=1", "--config.states.proposals=4", "--config.states.scoring_questions=2",
+           "--config.states.max_new_tokens=160", "--config.states.temperature=0.7",
+           "--config.tasks.families=('number_filtering', 'simple_equations')", "--config.log.plots=False",
+           "--config.export.at_end=False")
+    assert [r["step"] for r in _metrics(out)] == [0, 1]
+    if mode == "offline":
+        with open(os.path.join(out, "states", "phase0", "pool.json")) as f:
+            pool = json.load(f)
+        made = [e for e in pool if e["origin"] != "seed"]
+    else:
+        folder = os.path.join(out, "states", "online", "after_step1")
+        made = [e for e in (json.load(open(os.path.join(folder, n))) for n in sorted(os.listdir(folder)))
+                if e["origin"] != "seed"]
+    assert made, f"{mode}: the state pool holds only seed harnesses"
+    assert all("def solve" in e["harness"] for e in made)
 
 
 @pytest.mark.slow

@@ -2,13 +2,20 @@
 
 Parallel samples are expanded here, one `sampling_params` entry per copy, so each copy carries its
 own seed; SGLang's own `n` would give every copy the same `sampling_seed`.
+
+Several servers: give a list of URLs (or one comma-separated string). Requests are split into chunks
+spread round-robin across them; every row carries its own seed, so which server answers does not
+change what is sampled. Weight updates go to every server, and a server that does not take them is an
+error naming it. One `sglang-router` URL is one server here: the router spreads requests itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -35,20 +42,40 @@ class ClientConfig:
     concurrency: int = 4  # /generate requests in flight at once.
 
 
+def parse_urls(url: str | Sequence[str]) -> tuple[str, ...]:
+    """"http://a:1,http://b:2" or a list -> ("http://a:1", "http://b:2"); empty entries are an error."""
+    parts = url.split(",") if isinstance(url, str) else list(url)
+    urls = tuple(u.strip().rstrip("/") for u in parts)
+    if not urls or not all(urls):
+        raise ValueError(f"server URL list {url!r} is empty or has an empty entry")
+    if len(set(urls)) != len(urls):
+        raise ValueError(f"server URL list {url!r} names a server twice")
+    return urls
+
+
 class SGLangGenerator:
-    def __init__(self, url: str, tokenizer=None, config: ClientConfig = ClientConfig()):
-        self.url = url.rstrip("/")
+    def __init__(self, url: str | Sequence[str], tokenizer=None, config: ClientConfig = ClientConfig()):
+        self.urls = parse_urls(url)
+        self.url = self.urls[0] if len(self.urls) == 1 else ",".join(self.urls)  # For messages and logs.
         self.tokenizer = tokenizer  # Needed by chat(): the template is rendered here, as for generate().
         self.config = config
+        self._next = itertools.count()  # Round-robin cursor over servers, shared by threads.
+        self._lock = threading.Lock()
+
+    def _pick(self) -> str:
+        with self._lock:
+            return self.urls[next(self._next) % len(self.urls)]
 
     # -- HTTP --
 
-    def _request(self, method: str, path: str, body: Any = None, retry: bool = True) -> Any:
+    def _request(self, method: str, path: str, body: Any = None, retry: bool = True, url: str | None = None) -> Any:
+        """One HTTP call to server `url` (default: the next one round-robin)."""
+        url = url or self._pick()
         data = None if body is None else json.dumps(body).encode()
         delay = self.config.backoff_s
         attempts = 1 + (self.config.max_retries if retry else 0)
         for attempt in range(attempts):
-            req = urllib.request.Request(self.url + path, data=data, method=method,
+            req = urllib.request.Request(url + path, data=data, method=method,
                                          headers={"Content-Type": "application/json"})
             try:
                 with urllib.request.urlopen(req, timeout=self.config.timeout_s) as resp:
@@ -56,28 +83,33 @@ class SGLangGenerator:
             except urllib.error.HTTPError as e:
                 detail = e.read().decode(errors="replace")[:2000]
                 if e.code < 500:
-                    raise ServerError(f"{self.url}{path}: HTTP {e.code}: {detail}") from None
+                    raise ServerError(f"{url}{path}: HTTP {e.code}: {detail}") from None
                 why = f"HTTP {e.code}: {detail}"
             except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
                 why = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
             if attempt + 1 < attempts:
-                log.warning("%s%s failed (%s); retry %d/%d in %.1fs", self.url, path, why, attempt + 1,
+                log.warning("%s%s failed (%s); retry %d/%d in %.1fs", url, path, why, attempt + 1,
                             attempts - 1, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, self.config.max_backoff_s)
-        raise ServerError(f"{self.url}{path}: failed after {attempts} attempt(s): {why}")
+        raise ServerError(f"{url}{path}: failed after {attempts} attempt(s): {why}")
 
     def wait_until_ready(self, timeout_s: float = 300.0, poll_s: float = 1.0) -> None:
+        """Until every server answers /health; the error names the ones that never did."""
         deadline = time.monotonic() + timeout_s
-        last = None
-        while time.monotonic() < deadline:
-            try:
-                self._request("GET", "/health", retry=False)
-                return
-            except ServerError as e:
-                last = e
+        waiting = {u: None for u in self.urls}
+        while waiting and time.monotonic() < deadline:
+            for u in list(waiting):
+                try:
+                    self._request("GET", "/health", retry=False, url=u)
+                    del waiting[u]
+                except ServerError as e:
+                    waiting[u] = e
+            if waiting:
                 time.sleep(poll_s)
-        raise ServerError(f"{self.url} not ready after {timeout_s:.0f}s: {last}")
+        if waiting:
+            raise ServerError(f"server(s) {sorted(waiting)} not ready after {timeout_s:.0f}s: "
+                              + "; ".join(str(e) for e in waiting.values()))
 
     # -- Generator protocol --
 
@@ -111,17 +143,20 @@ class SGLangGenerator:
             raise ValueError(f"n must be >= 1, got {n}")
         rows = [(i, {**sampling.to_sglang(), **_seed(copy_seed(sampling.seed, j))}) for i in range(len(prompts))
                 for j in range(n)]
-        chunks = [rows[k : k + self.config.batch_size] for k in range(0, len(rows), self.config.batch_size)]
+        # Enough chunks that every server gets work, none over batch_size.
+        size = max(1, min(self.config.batch_size, -(-len(rows) // len(self.urls))))
+        chunks = [rows[k : k + size] for k in range(0, len(rows), size)]
 
         def send(chunk):
             body = {field: [prompts[i] for i, _ in chunk], "sampling_params": [sp for _, sp in chunk],
                     "return_logprob": logprobs}
-            out = self._request("POST", "/generate", body)
+            url = self._pick()
+            out = self._request("POST", "/generate", body, url=url)
             if not isinstance(out, list) or len(out) != len(chunk):
-                raise ServerError(f"{self.url}/generate: expected {len(chunk)} outputs, got {str(out)[:200]}")
+                raise ServerError(f"{url}/generate: expected {len(chunk)} outputs, got {str(out)[:200]}")
             return out
 
-        with ThreadPoolExecutor(self.config.concurrency) as pool:
+        with ThreadPoolExecutor(max(self.config.concurrency, len(self.urls))) as pool:
             outputs = [o for chunk_out in pool.map(send, chunks) for o in chunk_out]
         done = [_completion(o, logprobs) for o in outputs]
         return [done[i * n : (i + 1) * n] for i in range(len(prompts))]
@@ -129,18 +164,31 @@ class SGLangGenerator:
     # -- weights --
 
     def update_weights_from_disk(self, path: str, weight_version: str | None = None) -> None:
+        """Every server loads `path` (concurrently); any that did not is an error naming it. `path`
+        must be readable by the servers (a shared filesystem when they run on other hosts)."""
         body = {"model_path": path}
         if weight_version is not None:
             body["weight_version"] = str(weight_version)
-        try:
-            out = self._request("POST", "/update_weights_from_disk", body)
-        except ServerError as e:
-            raise ServerError(f"{self.url} did not take the weights at {path}: {e}") from None
-        if not out.get("success"):
-            raise ServerError(f"{self.url} did not take the weights at {path}: {out.get('message')}")
 
-    def model_info(self) -> dict:
-        return self._request("GET", "/model_info")
+        def push(url):
+            try:
+                out = self._request("POST", "/update_weights_from_disk", body, url=url)
+            except ServerError as e:
+                return f"{url} did not take the weights at {path}: {e}"
+            if not isinstance(out, dict) or not out.get("success"):
+                message = out.get("message") if isinstance(out, dict) else out
+                return f"{url} did not take the weights at {path}: {message}"
+            return None
+
+        with ThreadPoolExecutor(len(self.urls)) as pool:
+            failures = [f for f in pool.map(push, self.urls) if f]
+        if failures:
+            ok = len(self.urls) - len(failures)
+            raise ServerError("; ".join(failures) + (f" ({ok} other server(s) did take them)" if ok else ""))
+
+    def model_info(self, url: str | None = None) -> dict:
+        """/model_info of server `url` (default: the first)."""
+        return self._request("GET", "/model_info", url=url or self.urls[0])
 
 
 def _seed(seed: int | None) -> dict:

@@ -206,7 +206,9 @@ def _render_question(index: int, q: QuestionReport, level: _Level) -> str:
     lines.append(
         f"Solver calls: {q.solver_calls} ({q.prompt_tokens} prompt + {q.completion_tokens} completion tokens)"
         + (f"; tool calls: {q.tool_calls}" if q.tool_calls else "")
-        + f"; time {q.run_s:.2f}s"
+        # Whole seconds, and only when it matters: milliseconds of jitter would change the proposer's
+        # prompt, and with it the proposals of a resumed run.
+        + (f"; time {q.run_s:.0f}s" if q.run_s >= 1.0 else "")
     )
     return "\n".join(lines)
 

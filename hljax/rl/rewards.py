@@ -3,6 +3,21 @@
 Ordering at equal score: invalid edit < valid edit whose harness errs on some question < harness
 that runs cleanly on every question. `NoOp` and `Truncated` are invalid. A candidate touched by an
 infrastructure error gets no reward at all (it is dropped from the loss), never a score of 0.
+
+Reward-hacking guards. References never enter the sandbox (`sandbox.results.Job`; proved by
+tests/test_reward_guards.py), so a harness cannot read them; these flags catch the attempts and
+the degenerate policy that needs no reference at all. A flagged candidate gets `invalid_reward`
+(no validity bonus, no score) and kind "flagged:<first flag>"; its measured score is kept in
+`Outcome.score` so metrics still show what it scored.
+- reference_access: the code reaches for references or the machine (imports of os/sys/gc/inspect,
+  open/eval/exec, frame or dunder attributes, .reference/.answer/.payload, filesystem paths; the
+  static scan `hljax.harness.filters.reference_access`).
+- constant_answer: every scoring question that got an answer got the same one, after
+  `filters.normalize` (strip, collapse whitespace, case-fold). Not raised when fewer than two
+  questions were answered (one answer is trivially "constant"), when the shared answer is empty
+  (it scores 0 everywhere, nothing to hack), or when the references themselves are all identical
+  after normalisation (then one constant answer is legitimately right). Without `references` the
+  last exemption cannot be checked, and identical answers are flagged.
 """
 
 from __future__ import annotations
@@ -10,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from hljax.harness import edits
+from hljax.harness import edits, filters
 from hljax.loop.revision import Candidate
 from sandbox.results import JobResult
 
@@ -33,9 +48,16 @@ class RewardConfig:
 class Outcome:
     """What happened to one proposal."""
 
-    kind: str  # "ran" | "crashed" | an edit failure class name ("Unparseable", "NoOp", ...) | "infra_error"
-    score: float  # Mean scoring-set score (0 unless the edit was valid).
+    # "ran" | "crashed" | an edit failure class name ("Unparseable", "NoOp", ...) | "infra_error" |
+    # "flagged:<flag>" (the first of `flags`).
+    kind: str
+    score: float  # Mean scoring-set score (0 unless the edit was valid; measured even when flagged).
     reward: float | None  # None: infrastructure failure, excluded from training.
+    flags: tuple[str, ...] = ()  # Reward-hacking flags raised (see FLAGS).
+
+
+FLAGS = ("reference_access", "constant_answer")
+FLAGGED_KINDS = tuple(f"flagged:{name}" for name in FLAGS)  # The Outcome kinds flagging produces.
 
 
 def failure_kind(result: Candidate) -> str | None:
@@ -43,8 +65,38 @@ def failure_kind(result: Candidate) -> str | None:
     return None if isinstance(result, edits.Applied) else type(result).__name__
 
 
-def outcome(cfg: RewardConfig, edit_result: Candidate, results: Sequence[JobResult] | None) -> Outcome:
-    """`results`: the candidate's runs on the scoring questions (None when the edit was invalid)."""
+def constant_answer(results: Sequence[JobResult], references: Sequence[str] | None = None) -> bool:
+    """Every answered scoring question got the same non-empty answer (see the module docstring)."""
+    answers = {filters.normalize(r.answer) for r in results if r.status == "ok" and r.answer is not None}
+    answered = sum(r.status == "ok" and r.answer is not None for r in results)
+    if answered < 2 or len(answers) != 1 or answers == {""}:
+        return False
+    if references is not None and len({filters.normalize(str(x)) for x in references}) == 1:
+        return False
+    return True
+
+
+def flags(results: Sequence[JobResult], code: str | None = None,
+          references: Sequence[str] | None = None) -> tuple[str, ...]:
+    """Reward-hacking flags of one candidate: its scoring `results`, its `code` (None skips the static
+    scan) and the scoring questions' `references`, in result order."""
+    out = []
+    if code is not None and filters.reference_access(code):
+        out.append("reference_access")
+    if constant_answer(results, references):
+        out.append("constant_answer")
+    return tuple(out)
+
+
+def flag_counts(outcomes: Sequence[Outcome]) -> dict[str, float]:
+    """Metric entries "flag/<name>": how many of `outcomes` raised each flag (every name, 0 included)."""
+    return {f"flag/{name}": float(sum(name in o.flags for o in outcomes)) for name in FLAGS}
+
+
+def outcome(cfg: RewardConfig, edit_result: Candidate, results: Sequence[JobResult] | None,
+            references: Sequence[str] | None = None) -> Outcome:
+    """`results`: the candidate's runs on the scoring questions (None when the edit was invalid);
+    `references`: those questions' reference answers, for the constant-answer exemption."""
     kind = failure_kind(edit_result)
     if kind is not None:
         return Outcome(kind, 0.0, cfg.invalid_reward)
@@ -53,6 +105,9 @@ def outcome(cfg: RewardConfig, edit_result: Candidate, results: Sequence[JobResu
     if any(r.is_infra_error for r in results):
         return Outcome("infra_error", 0.0, None)
     score = sum(r.score or 0.0 for r in results) / len(results)
+    raised = flags(results, edit_result.code, references)
+    if raised:
+        return Outcome(f"flagged:{raised[0]}", score, cfg.invalid_reward, raised)
     ran = all(r.status == "ok" for r in results)
     reward = cfg.score_weight * score + cfg.valid_bonus + (cfg.ran_bonus if ran else 0.0)
     return Outcome("ran" if ran else "crashed", score, reward)

@@ -3,57 +3,81 @@
 The proposer is reached through the SGLang client, whether the server is a real SGLang server or
 our embedded JAX engine behind the same API; new weights reach it as an HF export plus
 `/update_weights_from_disk`. The solver is a separate, frozen generator serving the sandbox.
+
+Multi-process: each process collects the states ("slots") of its own rows of the batch, with its own
+sandbox pool and embedded server (or the shared SGLang servers / router of `rollout.url`), and
+returns per-row statistics. `score_groups` turns the statistics of all rows of the step (gathered from
+every process) into advantages and metrics, so group and batch statistics never depend on the split.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
 import logging
 import os
 import time
+import typing
 from concurrent.futures import ThreadPoolExecutor
 
 import jax.numpy as jnp
 import numpy as np
 import transformers
 
-from hljax import sharding as shd
+from hljax import distributed as dist
 from hljax.checkpoint import hf
 from hljax.generate.client import SGLangGenerator
 from hljax.generate.engine import EngineConfig
 from hljax.generate.local import LocalGenerator, render_chat
 from hljax.generate.server import Server
 from hljax.generate.types import SamplingParams
-from hljax.harness import seeds
-from hljax.loop.revision import RevisionState, build_state, candidate, score_candidates
+from hljax.harness import edits, seeds
+from hljax.loop.revision import Candidate, candidate, score_candidates
+from hljax.loop.selection import BestOfG, Scored
+from hljax.loop.states import StatePool
 from hljax.rl import grpo
 from hljax.rl import rewards as rw
+from hljax.seeding import derive_seed
 from hljax.tasks.suite import SEED_HARNESS, build_tasks
 from sandbox.pool import SandboxPool
 
 log = logging.getLogger(__name__)
 
 
-def derive_seed(*parts) -> int:
-    """A sampling seed that depends only on `parts` (run seed, step, index), so reruns repeat."""
-    return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=4).digest(), "little") % 2**31
+# Outcome kinds, coded as numbers so per-row statistics travel between processes as one float array.
+KINDS = ("ran", "crashed", "infra_error") + tuple(t.__name__ for t in typing.get_args(Candidate)
+                                                  if t is not edits.Applied) + rw.FLAGGED_KINDS
+# Columns of RolloutBatch.stats; reward is NaN for an infrastructure error (no reward at all).
+STATS = ("reward", "kind", "score", "completion_len", "truncated") + tuple(f"flag/{f}" for f in rw.FLAGS)
 
 
 @dataclasses.dataclass
 class RolloutBatch:
-    sequences: list[tuple[list[int], list[int]]]  # (prompt ids, completion ids) per proposal, groups contiguous
+    """This process's rows: the groups of its slots, contiguous, in slot order."""
+
+    sequences: list[tuple[list[int], list[int]]]  # (prompt ids, completion ids) per proposal
     sampler_logprobs: list[list[float]]
-    advantages: np.ndarray  # [B]
-    keep: np.ndarray  # [B] bool: False for groups touched by an infrastructure error
-    metrics: dict
+    stats: np.ndarray  # [B_local, len(STATS)] float64
     time_generate: float
     time_sandbox: float
 
 
+def score_groups(stats: np.ndarray, group_size: int, loss_cfg) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Statistics of ALL rows of a step ([B, len(STATS)], groups contiguous) -> (advantages [B],
+    keep [B] bool: False for every row of a group touched by an infrastructure error, metrics)."""
+    rewards = stats[:, 0]
+    infra = np.isnan(rewards)
+    keep = ~infra.reshape(-1, group_size).any(axis=1).repeat(group_size)
+    filled = np.where(infra, 0.0, rewards).astype(np.float32)
+    adv = np.asarray(grpo.group_advantages(jnp.asarray(filled), group_size, loss_cfg.std_scaling,
+                                           loss_cfg.std_ddof, loss_cfg.adv_eps))
+    return adv, keep, _metrics(stats, filled[keep])
+
+
 class Rollouts:
     def __init__(self, cfg, init_path: str, tokenizer, mesh):
+        """`mesh`: the devices this process's embedded engines run on (its own devices when there
+        are several processes: each serves itself)."""
         self.cfg = cfg
         self.tokenizer = tokenizer
         self._server = None
@@ -63,14 +87,17 @@ class Rollouts:
             self._server = Server(local, init_path).start()
             url = self._server.url
         else:
-            url = cfg.rollout.url
+            url = cfg.rollout.url  # One URL, a comma-separated list of servers, or an sglang-router.
         self.proposer = SGLangGenerator(url, tokenizer)
         self.proposer.wait_until_ready(300)
         self.sync_dir = cfg.rollout.sync_dir or os.path.join(cfg.run_dir, "sync")
+        if self._server is not None and dist.process_count() > 1:
+            # Each process exports for its own server; one shared folder would be rewritten by all.
+            self.sync_dir = f"{self.sync_dir.rstrip(os.sep)}-p{dist.process_index()}"
 
         if cfg.solver.backend == "embedded":
             solver_path = cfg.solver.path or init_path
-            self.solver = LocalGenerator.from_pretrained(solver_path, shd.make_mesh(cfg.mesh), EngineConfig(
+            self.solver = LocalGenerator.from_pretrained(solver_path, mesh, EngineConfig(
                 max_batch=cfg.solver.max_batch, max_seq_len=cfg.solver.max_seq_len))
         else:
             self.solver = SGLangGenerator(cfg.solver.url, transformers.AutoTokenizer.from_pretrained(cfg.solver.path))
@@ -78,7 +105,8 @@ class Rollouts:
 
         self.tasks = build_tasks(cfg.tasks, cfg.seed)
         self.seed_harness = seeds.load(SEED_HARNESS[cfg.tasks.suite])
-        self._states: dict[tuple[int, int], RevisionState] = {}
+        self.states = StatePool(cfg.states, self.tasks, self.seed_harness, self.pool, cfg.grpo.state_rounds,
+                                os.path.join(cfg.run_dir, "states"), seed=cfg.seed)
 
     def close(self) -> None:
         self.pool.close()
@@ -86,33 +114,54 @@ class Rollouts:
             self._server.stop()
 
     def sync(self, model, version: str) -> None:
-        """Push the trainer's weights to the proposer server."""
-        hf.save_hf(model, self.sync_dir, dtype=self.cfg.model.param_dtype)
-        self.proposer.update_weights_from_disk(self.sync_dir, weight_version=version)
+        """Push the trainer's weights to the proposer server(s). `model`'s parameters must be
+        addressable here (the trainer passes a gathered copy when there are several processes).
 
-    def state(self, index: int) -> RevisionState:
-        """State `index` of the pool: family index % n_families, feedback round (index // n) % rounds."""
-        n = len(self.tasks)
-        key = (index % n, (index // n) % self.cfg.grpo.state_rounds)
-        if key not in self._states:
-            task = self.tasks[key[0]]
-            self._states[key] = build_state(self.pool, task, self.seed_harness, key[1])
-        return self._states[key]
+        Embedded servers: every process exports and pushes to its own. External servers are shared:
+        process 0 exports once and pushes to all of them, and everyone waits for it, so no process
+        samples from the old weights."""
+        if self._server is not None or dist.is_main():
+            hf.save_hf(model, self.sync_dir, dtype=self.cfg.model.param_dtype)
+            self.proposer.update_weights_from_disk(self.sync_dir, weight_version=version)
+        if self._server is None:
+            dist.barrier(f"weights-{version}")
 
-    def collect(self, step: int) -> RolloutBatch:
+    def prepare(self, step: int, slots: typing.Sequence[int]) -> None:
+        """Bring the state pool to `step` (a global step): an offline phase refresh, or the online
+        chains as of the previous step (fresh at the first GRPO step, loaded when resuming)."""
+        spec, grpo_step = self.cfg.states, step - self.cfg.sft_steps
+        if spec.mode == "offline":
+            phase = self.states.phase_of(grpo_step)
+            if phase != self.states.phase:
+                # Process 0 runs the refresh with its proposer server; the others read its pool.
+                if dist.is_main():
+                    log.info("states: refreshing the pool for phase %d with the current proposer", phase)
+                    self.states.refresh(phase, self.proposer)
+                dist.barrier(f"states-phase{phase}")
+                if not dist.is_main():
+                    self.states.load_phase(phase)
+        elif spec.mode == "online" and not self.states.chains:
+            self.states.start_chains(self.cfg.grpo.prompts_per_step)
+            if grpo_step > 0:
+                self.states.load_chains(step - 1, slots)
+
+    def collect(self, step: int, slots: typing.Sequence[int]) -> RolloutBatch:
+        """Groups of the step's states `slots` (indices in 0..prompts_per_step-1: this process's
+        share). State and sampling seeds depend on the global slot, never on the process."""
         cfg, g = self.cfg, self.cfg.grpo
         t_states = time.perf_counter()
         # A state's report comes from sandbox runs (once per state, then cached): sandbox time.
-        states = [self.state(step * g.prompts_per_step + i) for i in range(g.prompts_per_step)]
+        self.prepare(step, slots)
+        states = [self.states.state(step, i, g.prompts_per_step) for i in slots]
         conversations = [s.messages(cfg.prompt) for s in states]
         t0 = time.perf_counter()
 
-        def propose(i):
+        def propose(k):
             sp = SamplingParams(max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
-                                top_k=g.top_k, seed=derive_seed(cfg.seed, step, i))
-            return self.proposer.chat([conversations[i]], sp, n=g.group_size, return_logprobs=True)[0]
+                                top_k=g.top_k, seed=derive_seed(cfg.seed, step, slots[k]))
+            return self.proposer.chat([conversations[k]], sp, n=g.group_size, return_logprobs=True)[0]
 
-        with ThreadPoolExecutor(len(states)) as ex:
+        with ThreadPoolExecutor(max(1, len(states))) as ex:
             groups = list(ex.map(propose, range(len(states))))
         t1 = time.perf_counter()
 
@@ -124,35 +173,56 @@ class Rollouts:
             valid = [j for j, c in enumerate(cands) if rw.failure_kind(c) is None]
             scored = score_candidates(self.pool, state.task, [cands[j].code for j in valid], questions)
             results = dict(zip(valid, scored))
-            outcomes.append([rw.outcome(cfg.reward, c, results.get(j)) for j, c in enumerate(cands)])
+            references = [q.answer for q in questions]
+            outcomes.append([rw.outcome(cfg.reward, c, results.get(j), references) for j, c in enumerate(cands)])
+            if cfg.states.mode == "online":
+                self._advance(step, slots[len(outcomes) - 1], cands, outcomes[-1])
+        if cfg.states.mode == "online":
+            self.states.save_chains(step, slots)
         t2 = time.perf_counter()
 
-        flat = [o for group in outcomes for o in group]
-        keep = np.array([all(o.reward is not None for o in group) for group in outcomes for _ in group])
-        rewards = np.array([o.reward if o.reward is not None else 0.0 for o in flat], np.float32)
-        adv = np.asarray(grpo.group_advantages(jnp.asarray(rewards), g.group_size, cfg.loss.std_scaling,
-                                               cfg.loss.std_ddof, cfg.loss.adv_eps))
+        stats = np.array([[o.reward if o.reward is not None else np.nan, _kind_code(o.kind), o.score,
+                           len(c.token_ids), c.finish_reason == "length", *(f in o.flags for f in rw.FLAGS)]
+                          for os_, group in zip(outcomes, groups) for o, c in zip(os_, group)], np.float64)
         prompts = [self.tokenizer.encode(render_chat(self.tokenizer, c, enable_thinking=False)) for c in conversations]
         sequences = [(prompts[i], list(c.token_ids)) for i, group in enumerate(groups) for c in group]
         sampler = [list(c.logprobs or ()) for group in groups for c in group]
-        return RolloutBatch(sequences, sampler, adv, keep, _metrics(flat, rewards[keep], groups), t1 - t0,
-                            (t2 - t1) + (t0 - t_states))
+        return RolloutBatch(sequences, sampler, stats.reshape(-1, len(STATS)), t1 - t0, (t2 - t1) + (t0 - t_states))
 
 
-def _metrics(flat: list[rw.Outcome], kept_rewards: np.ndarray, groups) -> dict:
-    kinds = collections.Counter(o.kind for o in flat)
-    n = len(flat)
+    def _advance(self, step: int, slot: int, cands, outcomes) -> None:
+        """Online chains: the slot moves to its best candidate by reward (BestOfG: even when worse)."""
+        scored = [Scored(str(j), o.reward or 0.0, (), o.kind, rw.failure_kind(c) is None)
+                  for j, (c, o) in enumerate(zip(cands, outcomes))]
+        parent = Scored("parent", 0.0, (), "seed", True)
+        chosen = BestOfG().select(parent, scored, [], step).selected
+        best = None if chosen == "parent" else cands[int(chosen)].code
+        self.states.advance(step, slot, best, f"c{chosen}")
+
+
+def _kind_code(kind: str) -> int:
+    if kind not in KINDS:
+        raise ValueError(f"outcome kind {kind!r} is not in rollout.KINDS {KINDS}; add it there")
+    return KINDS.index(kind)
+
+
+def _metrics(stats: np.ndarray, kept_rewards: np.ndarray) -> dict:
+    kinds = collections.Counter(KINDS[int(k)] for k in stats[:, 1])
+    n = len(stats)
     m = {
         "reward/mean": float(kept_rewards.mean()) if len(kept_rewards) else float("nan"),
         "reward/std": float(kept_rewards.std()) if len(kept_rewards) else float("nan"),
-        "valid_rate": (kinds["ran"] + kinds["crashed"]) / n,
+        # Flagged candidates are valid edits whose harness was caught reward hacking.
+        "valid_rate": (kinds["ran"] + kinds["crashed"] + sum(kinds[k] for k in rw.FLAGGED_KINDS)) / n,
         "ran_rate": kinds["ran"] / n,
         "infra_error_rate": kinds["infra_error"] / n,
-        "score/mean": float(np.mean([o.score for o in flat])),
-        "completion_len": float(np.mean([len(c.token_ids) for g in groups for c in g])),
-        "truncated_rate": float(np.mean([c.finish_reason == "length" for g in groups for c in g])),
+        "score/mean": float(stats[:, 2].mean()),
+        "completion_len": float(stats[:, 3].mean()),
+        "truncated_rate": float(stats[:, 4].mean()),
     }
+    for i, name in enumerate(STATS[5:], start=5):
+        m[name] = float(stats[:, i].sum())  # Counts, not rates: each flag is worth looking at.
     for kind, count in kinds.items():
-        if kind not in ("ran", "crashed", "infra_error"):
+        if kind not in ("ran", "crashed", "infra_error") + rw.FLAGGED_KINDS:
             m[f"invalid/{kind}"] = count / n
     return m

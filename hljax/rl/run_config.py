@@ -13,6 +13,7 @@ import ml_collections
 
 from hljax.generate.types import SamplingParams
 from hljax.harness.prompts import PromptConfig
+from hljax.loop.states import StatesSpec
 from hljax.rl.config import LossConfig, OptimConfig
 from hljax.rl.rewards import RewardConfig
 from hljax.sharding import MeshConfig
@@ -36,8 +37,12 @@ class ModelSpec:
 class DistributedSpec:
     initialize: bool = False  # Call jax.distributed.initialize(); with no fields set JAX auto-detects TPU/SLURM.
     coordinator: str = ""  # host:port of process 0 (else JAX_COORDINATOR_ADDRESS / auto-detect).
-    num_processes: int = 0
-    process_id: int = -1
+    num_processes: int = 0  # 0: JAX_NUM_PROCESSES / auto-detect.
+    process_id: int = -1  # -1: JAX_PROCESS_ID / auto-detect.
+    # A process silent this long is declared dead and the others fail with an error (not a hang).
+    heartbeat_timeout_s: int = 100
+    init_timeout_s: int = 300  # How long processes wait for each other at start-up.
+    shutdown_timeout_s: int = 300  # How long a finished process waits for the others at exit.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +141,7 @@ class RunConfig:
     loss: LossConfig
     sft: SFTSpec
     grpo: GRPOSpec
+    states: StatesSpec
     rollout: RolloutSpec
     solver: SolverSpec
     tasks: TaskSpec
@@ -172,24 +178,29 @@ class RunConfig:
     @classmethod
     def from_config(cls, cfg: ml_collections.ConfigDict) -> RunConfig:
         d = cfg.to_dict()
-        solver = dict(d.get("solver", {}))
-        budget_keys = {"prompt_mode", "enable_thinking", "max_calls", "max_tokens"}
-        sampling_keys = {"max_new_tokens", "temperature", "top_p", "top_k"}
-        budget = {k: solver.pop(k) for k in list(solver) if k in budget_keys}
-        sampling = {k: solver.pop(k) for k in list(solver) if k in sampling_keys}
-        try:
-            budget["sampling"] = SamplingParams(**sampling)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"solver: {e}") from None
-        solver["budget"] = _typed(SolverConfig, budget, "solver")
-        d["solver"] = solver
+        d["solver"] = solver_fields(d.get("solver", {}))
         loss = dict(d.get("loss", {}))
         loss["max_tokens"] = loss.get("max_tokens") or None
         d["loss"] = loss
-        return _typed(cls, d, "config")
+        return typed(cls, d, "config")
 
 
-def _typed(cls, values: dict, where: str):
+def solver_fields(solver: dict) -> dict:
+    """A config's flat `solver` block -> SolverSpec fields, its budget and sampling keys nested."""
+    solver = dict(solver)
+    budget_keys = {"prompt_mode", "enable_thinking", "max_calls", "max_tokens"}
+    sampling_keys = {"max_new_tokens", "temperature", "top_p", "top_k"}
+    budget = {k: solver.pop(k) for k in list(solver) if k in budget_keys}
+    sampling = {k: solver.pop(k) for k in list(solver) if k in sampling_keys}
+    try:
+        budget["sampling"] = SamplingParams(**sampling)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"solver: {e}") from None
+    solver["budget"] = typed(SolverConfig, budget, "solver")
+    return solver
+
+
+def typed(cls, values: dict, where: str):
     """Build dataclass `cls` from `values`, recursing into nested dataclass fields."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = set(values) - set(fields)
@@ -200,7 +211,7 @@ def _typed(cls, values: dict, where: str):
     for name, value in values.items():
         hint = hints[name]
         if dataclasses.is_dataclass(hint) and isinstance(value, dict):
-            value = _typed(hint, value, f"{where}.{name}")
+            value = typed(hint, value, f"{where}.{name}")
         elif typing.get_origin(hint) is tuple and isinstance(value, (list, tuple)):
             value = tuple(value)
         elif typing.get_origin(hint) is Literal and value not in typing.get_args(hint):

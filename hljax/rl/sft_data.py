@@ -61,19 +61,27 @@ def encode(tokenizer, row: SFTRow) -> tuple[list[int], list[int]]:
     return prompt, completion
 
 
-def batches(encoded: Sequence[tuple[list[int], list[int]]], batch_size: int, max_len: int, seed: int, step: int,
-            pad_id: int) -> Sequences:
-    """The batch of global step `step`: epochs are seeded permutations, so a resumed run at step k
-    sees exactly what an uninterrupted one does (the cursor is the step)."""
-    n = len(encoded)
+def batch_indices(n: int, batch_size: int, seed: int, step: int) -> list[int]:
+    """Row indices of global step `step`: epochs are seeded permutations of the n rows, so a resumed
+    run at step k sees exactly what an uninterrupted one does (the cursor is the step)."""
     start = step * batch_size
     idx = []
     while len(idx) < batch_size:
         epoch, offset = divmod(start + len(idx), n)
         order = np.random.default_rng([seed, epoch]).permutation(n)
         idx.append(int(order[offset]))
+    return idx
+
+
+def batches(encoded: Sequence[tuple[list[int], list[int]]], batch_size: int, max_len: int, seed: int, step: int,
+            pad_id: int, rows: Sequence[int] | None = None) -> Sequences:
+    """The batch of global step `step`, or only its positions `rows` (this process's share, see
+    train_step.process_rows). The padded length comes from the whole batch, so every process packs
+    to the same shape."""
+    idx = batch_indices(len(encoded), batch_size, seed, step)
     longest = max(len(encoded[i][0]) + len(encoded[i][1]) for i in idx)
     if longest > max_len:
         raise ValueError(f"an SFT row has {longest} tokens, over sft.max_len={max_len}")
     length = min(max_len, bucket_length(longest))
-    return pack([encoded[i][0] for i in idx], [encoded[i][1] for i in idx], length, pad_id)
+    mine = idx if rows is None else [idx[r] for r in rows]
+    return pack([encoded[i][0] for i in mine], [encoded[i][1] for i in mine], length, pad_id)

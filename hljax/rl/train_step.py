@@ -1,4 +1,8 @@
-"""One jitted, sharded optimiser step with exact gradient accumulation over micro-batches."""
+"""One jitted, sharded optimiser step with exact gradient accumulation over micro-batches.
+
+Multi-process: each process supplies only its rows of a step's batch (`process_rows` says which,
+from the batch sharding), and `global_batch` assembles the global arrays the step consumes.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +11,17 @@ import functools
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from hljax import distributed as dist
 from hljax import sharding as shd
 from hljax.models.qwen3 import Qwen3
 from hljax.rl import grpo, sft
+from hljax.rl.batching import split_micro
 from hljax.rl.config import LossConfig, OptimConfig
 from hljax.rl.logprobs import Sequences, sequence_logprobs
 
@@ -44,6 +51,31 @@ def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
 def batch_sharding(mesh: jax.sharding.Mesh) -> NamedSharding:
     """[M, b, ...] arrays: micro-batch rows split over the data-parallel axes."""
     return NamedSharding(mesh, P(None, (shd.DATA, shd.FSDP)))
+
+
+def process_rows(mesh: jax.sharding.Mesh, batch_size: int, n_micro: int) -> np.ndarray:
+    """Positions in a step's [batch_size] rows (micro-batch m holds rows m*b .. m*b+b-1) that this
+    process supplies, in the order of its local [n_micro, b_local] block. One process: all rows."""
+    if batch_size % n_micro:
+        raise ValueError(f"batch of {batch_size} rows does not split into {n_micro} micro-batches")
+    b = batch_size // n_micro
+    shards = shd.axes_size(mesh, (shd.DATA, shd.FSDP))
+    if b % shards:
+        raise ValueError(f"a micro-batch of {b} rows does not split over the {shards} data-parallel devices "
+                         f"(mesh data x fsdp); make batch / micro_batches a multiple of {shards}")
+    cols = dist.local_rows(batch_sharding(mesh), (n_micro, b), axis=1)
+    return (np.arange(n_micro)[:, None] * b + cols[None, :]).reshape(-1)
+
+
+def global_batch(local: TrainBatch, mesh: jax.sharding.Mesh, batch_size: int) -> TrainBatch:
+    """This process's [M, b_local, ...] rows (those of `process_rows`) -> the global [M, b, ...] batch."""
+    sharding = batch_sharding(mesh)
+
+    def one(x):
+        n_micro = x.shape[0]
+        return dist.global_array(x, sharding, (n_micro, batch_size // n_micro, *x.shape[2:]))
+
+    return jax.tree.map(one, local)
 
 
 def _loss(params, graphdef, micro: TrainBatch, cfg: LossConfig):
@@ -98,3 +130,19 @@ def train_step(model: Qwen3, optimizer: nnx.Optimizer, batch: TrainBatch, cfg: L
 def sequence_logprobs_jit(model: Qwen3, seqs: Sequences, temperature: float, chunk: int) -> jax.Array:
     """[b, L] log-probs of the targets (old or reference log-probs; no gradient)."""
     return sequence_logprobs(model, seqs, temperature=temperature, chunk=chunk)[0]
+
+
+def local_logprobs(model: Qwen3, mesh: jax.sharding.Mesh, seqs: Sequences, batch_size: int, n_micro: int,
+                   temperature: float, chunk: int) -> np.ndarray:
+    """[b_local, L] log-probs of this process's rows `seqs` (those of `process_rows`) of a
+    `batch_size`-row batch, computed one micro-batch at a time on global arrays (the training layout)."""
+    local = jax.tree.map(lambda x: split_micro(np.asarray(x), n_micro), seqs)
+    sharding = NamedSharding(mesh, P((shd.DATA, shd.FSDP)))
+    b = batch_size // n_micro
+    mine = dist.local_rows(sharding, (b,), axis=0)
+    out = []
+    with shd.use_mesh(mesh):
+        for m in range(n_micro):
+            part = jax.tree.map(lambda x: dist.global_array(x[m], sharding, (b, *x.shape[2:])), local)
+            out.append(dist.local_part(sequence_logprobs_jit(model, part, temperature, chunk), mine))
+    return np.concatenate(out)

@@ -3,6 +3,12 @@
 Global step s runs SFT for s < sft.steps, then GRPO. Everything a step consumes derives from
 (seed, s): the SFT batch, the revision states, the scoring window and the sampling seeds, so a run
 resumed from a checkpoint at step k repeats what an uninterrupted run does from k + 1 on.
+
+Multi-process (one identical command per host, see docs/scaling.md): the mesh spans every process's
+devices; each process loads, generates and scores only its rows of a step (`process_rows`, from the
+batch sharding) and the step runs on global arrays. Per-row rollout statistics are gathered so
+advantages and metrics are those of the whole batch. Checkpoints are written and read by all
+processes together; metrics, plots, config and the export are written by process 0 alone.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import signal
 import time
 
@@ -21,6 +28,7 @@ import transformers
 from flax import nnx
 from tqdm.auto import tqdm
 
+from hljax import distributed as dist
 from hljax import metrics as mx
 from hljax import sharding as shd
 from hljax.checkpoint import hf
@@ -33,9 +41,10 @@ from hljax.rl import rewards as rw
 from hljax.rl import sft_data
 from hljax.rl.batching import bucket_length, completion_logprobs, pack, split_micro
 from hljax.rl.config import LossConfig
-from hljax.rl.rollout import Rollouts, derive_seed
+from hljax.rl.rollout import Rollouts, score_groups
 from hljax.rl.run_config import RunConfig
-from hljax.rl.train_step import TrainBatch, batch_sharding, make_optimizer, sequence_logprobs_jit, train_step
+from hljax.seeding import derive_seed
+from hljax.rl.train_step import TrainBatch, global_batch, local_logprobs, make_optimizer, process_rows, train_step
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +56,12 @@ class Preempted(Exception):
 class Trainer:
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
+        # Before any device is touched: the backend is created with the whole job's devices.
+        self.multi = dist.initialize(cfg.distributed)
         os.makedirs(cfg.run_dir, exist_ok=True)
-        if cfg.distributed.initialize:
-            kw = {k: v for k, v in (("coordinator_address", cfg.distributed.coordinator),
-                                    ("num_processes", cfg.distributed.num_processes),
-                                    ("process_id", cfg.distributed.process_id)) if v not in ("", 0, -1)}
-            jax.distributed.initialize(**kw)
         self.mesh = shd.make_mesh(cfg.mesh)
+        # Where this process's own engines run: its devices only when there are several processes.
+        self.local_mesh = dist.local_mesh(cfg.mesh) if self.multi else self.mesh
         self.init_path = self._initial_weights()
         dtype = getattr(jnp, cfg.model.dtype)
         self.model = hf.load_hf(self.init_path, self.mesh, dtype=dtype, param_dtype=getattr(jnp, cfg.model.param_dtype),
@@ -76,7 +84,13 @@ class Trainer:
             return self.cfg.model.path
         path = os.path.join(self.cfg.run_dir, "init")
         if not os.path.exists(os.path.join(path, "config.json")):
-            init_model(self.cfg.model.preset, path, seed=self.cfg.seed)
+            # Random init runs on the global mesh, a collective: every process takes part, process 0
+            # keeps the folder (run_dir is shared, as orbax checkpoints need), the others discard theirs.
+            out = path if dist.is_main() else f"{path}.discard-p{dist.process_index()}"
+            init_model(self.cfg.model.preset, out, seed=self.cfg.seed)
+            if out != path:
+                shutil.rmtree(out)
+            dist.barrier("init-weights")
         return path
 
     def _make_optimizer(self, stage: str) -> None:
@@ -108,15 +122,16 @@ class Trainer:
             start = latest + 1
             log.info("resuming %s at step %d", cfg.run_dir, start)
         self.metrics = mx.MetricsWriter(cfg.run_dir, resume_from_step=start - 1 if latest is not None else -1,
-                                        tensorboard=cfg.log.tensorboard)
-        with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
-            json.dump(_jsonable(dataclasses.asdict(cfg)), f, indent=2)
+                                        tensorboard=cfg.log.tensorboard, active=dist.is_main())
+        if dist.is_main():
+            with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
+                json.dump(_jsonable(dataclasses.asdict(cfg)), f, indent=2)
         previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         summary = {}
         try:
             if start < cfg.sft_steps and cfg.sft.eval_rows:
                 summary["validity_before_sft"] = self._sft_validity("before")
-            bar = tqdm(range(start, total), desc="train", initial=start, total=total)
+            bar = tqdm(range(start, total), desc="train", initial=start, total=total, disable=not dist.is_main())
             for step in bar:
                 stage = self._stage_of(step)
                 if stage == "grpo" and step == cfg.sft_steps and cfg.sft_steps and cfg.sft.eval_rows:
@@ -127,6 +142,8 @@ class Trainer:
                 self.metrics.write(step, m)
                 bar.set_postfix({k: f"{m[k]:.3g}" for k in ("loss", "reward/mean") if k in m})
                 last = step == total - 1
+                # A SIGTERM that reached any process stops all of them at the same step.
+                self._stop = bool(dist.allgather(np.int32(self._stop)).any())
                 if (step + 1) % cfg.checkpoint.every == 0 or last or self._stop:
                     self._save(step)
                 if self._stop:
@@ -154,14 +171,16 @@ class Trainer:
     def _finish(self) -> dict:
         cfg = self.cfg
         out = {"run_dir": cfg.run_dir, "metrics": self.metrics.jsonl}
-        if cfg.log.plots:
+        if cfg.log.plots and dist.is_main():
             png = mx.plot_curves(mx.read_jsonl(self.metrics.jsonl), os.path.join(cfg.run_dir, "curves.png"),
                                  title=os.path.basename(cfg.run_dir.rstrip("/")))
             if png:
                 out["plot"] = png
-        if cfg.export.at_end and jax.process_index() == 0:
-            out["export"] = hf.save_hf(self.model, os.path.join(cfg.run_dir, "export"), dtype=cfg.export.dtype or None,
-                                       source_dir=self.init_path)
+        if cfg.export.at_end:
+            host = self._host_model()  # Collective when multi-process: everyone gathers, process 0 writes.
+            if dist.is_main():
+                out["export"] = hf.save_hf(host, os.path.join(cfg.run_dir, "export"), dtype=cfg.export.dtype or None,
+                                           source_dir=self.init_path)
         out["checkpoints"] = self.checkpointer.directory
         return out
 
@@ -177,31 +196,41 @@ class Trainer:
     def _sft_step(self, step: int) -> dict:
         cfg = self.cfg
         train, _ = self._sft_rows()
-        seqs = sft_data.batches(train, cfg.sft.batch_size, cfg.sft.max_len, cfg.seed, step, self.pad_id)
+        rows = process_rows(self.mesh, cfg.sft.batch_size, cfg.sft.micro_batches)
+        seqs = sft_data.batches(train, cfg.sft.batch_size, cfg.sft.max_len, cfg.seed, step, self.pad_id, rows=rows)
         zeros = np.zeros(seqs.tokens.shape, np.float32)
         batch = self._micro(seqs, np.zeros(len(seqs.tokens), np.float32), zeros, zeros, cfg.sft.micro_batches)
         loss_cfg = dataclasses.replace(cfg.loss, mode="sft", temperature=1.0)
         t = time.perf_counter()
-        m = self._train(batch, loss_cfg)
+        m = self._train(batch, loss_cfg, cfg.sft.batch_size)
         m["time/train_s"] = time.perf_counter() - t
-        m["tokens_per_s"] = float(seqs.attention_mask.sum()) / m["time/train_s"]
+        tokens = dist.allgather(seqs.attention_mask.sum()).sum()
+        m["tokens_per_s"] = float(tokens) / m["time/train_s"]
         return m
 
     def _sft_validity(self, when: str) -> float:
-        """Share of held-out SFT prompts whose sampled completion is a valid edit of the row's harness."""
+        """Share of held-out SFT prompts whose sampled completion is a valid edit of the row's harness.
+        Each process samples its block of the rows on its own devices; the counts are summed."""
         cfg = self.cfg
         _, rows = self._sft_rows()
-        copy = nnx.merge(*nnx.split(jax.tree.map(jnp.copy, self.model)))  # The engine must not see donated buffers.
-        engine = Engine(copy, self.mesh, EngineConfig(max_batch=len(rows), max_seq_len=cfg.sft.max_len + 256),
-                        self.tokenizer)
-        requests = [Request(tuple(sft_data.encode(self.tokenizer, r)[0]),
-                            SamplingParams(max_new_tokens=cfg.sft.eval_max_new_tokens,
-                                           temperature=cfg.sft.eval_temperature, seed=derive_seed(cfg.seed, i)))
-                    for i, r in enumerate(rows)]
-        outs = engine.generate(requests)
-        valid = [rw.failure_kind(candidate(r.harness, o.text)) is None for r, o in zip(rows, outs)]
-        rate = float(np.mean(valid))
-        print(f"edit validity on {len(rows)} held-out SFT prompts {when} SFT: {rate:.2f}", flush=True)
+        if self.multi:
+            copy = dist.local_copy(self.model, self.local_mesh)
+        else:
+            copy = nnx.merge(*nnx.split(jax.tree.map(jnp.copy, self.model)))  # The engine must not see donated buffers.
+        mine = np.array_split(np.arange(len(rows)), dist.process_count())[dist.process_index()]
+        valid = 0
+        if len(mine):
+            engine = Engine(copy, self.local_mesh, EngineConfig(max_batch=len(mine), max_seq_len=cfg.sft.max_len + 256),
+                            self.tokenizer)
+            requests = [Request(tuple(sft_data.encode(self.tokenizer, rows[i])[0]),
+                                SamplingParams(max_new_tokens=cfg.sft.eval_max_new_tokens,
+                                               temperature=cfg.sft.eval_temperature, seed=derive_seed(cfg.seed, int(i))))
+                        for i in mine]
+            outs = engine.generate(requests)
+            valid = sum(rw.failure_kind(candidate(rows[i].harness, o.text)) is None for i, o in zip(mine, outs))
+        rate = float(dist.allgather(np.int64(valid)).sum() / len(rows))
+        if dist.is_main():
+            print(f"edit validity on {len(rows)} held-out SFT prompts {when} SFT: {rate:.2f}", flush=True)
         return rate
 
     # ----- GRPO -----
@@ -209,53 +238,64 @@ class Trainer:
     def _grpo_step(self, step: int) -> dict:
         cfg, g = self.cfg, self.cfg.grpo
         if self.rollouts is None:
-            self.rollouts = Rollouts(cfg, self.init_path, self.tokenizer, self.mesh)
-            self.rollouts.sync(self.model, version=str(step))  # Resumed or post-SFT weights.
+            self.rollouts = Rollouts(cfg, self.init_path, self.tokenizer, self.local_mesh)
+            self.rollouts.sync(self._host_model(), version=str(step))  # Resumed or post-SFT weights.
             if cfg.loss.beta > 0:
                 self.ref_model = hf.load_hf(self.init_path, self.mesh, dtype=getattr(jnp, cfg.model.dtype))
+        B = g.prompts_per_step * g.group_size
+        rows = process_rows(self.mesh, B, g.micro_batches)
+        slots = _slots(rows, g.group_size)
         t0 = time.perf_counter()
-        batch = self.rollouts.collect(step)
+        batch = self.rollouts.collect(step, slots)
         t1 = time.perf_counter()
+        # Advantages and metrics from the statistics of every row of the step, in step order.
+        stats = dist.gather_rows(rows, batch.stats, B)
+        advantages, keep, metrics = score_groups(stats, g.group_size, cfg.loss)
+        adv = np.where(keep[rows], advantages[rows], 0.0).astype(np.float32)
+
         seqs_prompts = [p for p, _ in batch.sequences]
         seqs_completions = [c for _, c in batch.sequences]
-        length = bucket_length(max(len(p) + len(c) for p, c in batch.sequences))
+        # Every process packs to the same length: that of the longest row of the whole step.
+        length = bucket_length(int(dist.allgather(max(len(p) + len(c) for p, c in batch.sequences)).max()))
         if length > g.max_len:
             raise ValueError(f"a rollout has {length} tokens (bucketed), over grpo.max_len={g.max_len}")
         seqs = pack(seqs_prompts, seqs_completions, length, self.pad_id)
-        old = self._logprobs(self.model, seqs, g.temperature)
-        ref = self._logprobs(self.ref_model, seqs, g.temperature) if cfg.loss.beta > 0 else np.zeros_like(old)
-        gap = _sampler_gap(old, batch.sampler_logprobs, seqs_prompts)
-        adv = np.where(batch.keep, batch.advantages, 0.0).astype(np.float32)
-        seqs = dataclasses.replace(seqs, loss_mask=seqs.loss_mask * batch.keep[:, None].astype(np.float32))
+        old = self._logprobs(self.model, seqs, g.temperature, B)
+        ref = self._logprobs(self.ref_model, seqs, g.temperature, B) if cfg.loss.beta > 0 else np.zeros_like(old)
+        gap_sum, gap_n = dist.allgather(_sampler_gap(old, batch.sampler_logprobs, seqs_prompts)).sum(axis=0)
+        seqs = dataclasses.replace(seqs, loss_mask=seqs.loss_mask * keep[rows][:, None].astype(np.float32))
         train_batch = self._micro(seqs, adv, old, ref, g.micro_batches)
         loss_cfg = dataclasses.replace(cfg.loss, mode="grpo", temperature=g.temperature)
         t2 = time.perf_counter()
         for _ in range(g.mu):
-            m = self._train(train_batch, loss_cfg)
+            m = self._train(train_batch, loss_cfg, B)
         t3 = time.perf_counter()
-        self.rollouts.sync(self.model, version=str(step + 1))
+        self.rollouts.sync(self._host_model(), version=str(step + 1))
         t4 = time.perf_counter()
-        m.update(batch.metrics)
+        tokens = dist.allgather(seqs.attention_mask.sum()).sum()
+        m.update(metrics)
         m.update({
-            "sampler_logprob_gap": gap,
+            "sampler_logprob_gap": float(gap_sum / gap_n) if gap_n else float("nan"),
             "time/generate_s": batch.time_generate,
             "time/sandbox_s": batch.time_sandbox,
             "time/train_s": t3 - t2,
             "time/sync_s": t4 - t3,
-            "tokens_per_s": float(seqs.attention_mask.sum() * g.mu) / (t3 - t2),
+            "tokens_per_s": float(tokens * g.mu) / (t3 - t2),
             "time/step_s": t4 - t0,
             "time/collect_s": t1 - t0,
         })
         return m
 
-    def _logprobs(self, model, seqs, temperature) -> np.ndarray:
-        mb = max(1, len(seqs.tokens) // max(1, self.cfg.grpo.micro_batches))
-        out = []
-        with shd.use_mesh(self.mesh):
-            for i in range(0, len(seqs.tokens), mb):
-                part = jax.tree.map(lambda x: jnp.asarray(x[i : i + mb]), seqs)
-                out.append(np.asarray(sequence_logprobs_jit(model, part, temperature, self.cfg.loss.logprob_chunk)))
-        return np.concatenate(out)
+    def _logprobs(self, model, seqs, temperature, batch_size: int) -> np.ndarray:
+        return local_logprobs(model, self.mesh, seqs, batch_size, self.cfg.grpo.micro_batches, temperature,
+                              self.cfg.loss.logprob_chunk)
+
+    def _host_model(self):
+        """The model with every parameter addressable by this process: itself for one process, else a
+        gathered copy on this process's first CPU device (collective: all processes call it)."""
+        if not self.multi:
+            return self.model
+        return dist.local_copy(self.model, shd.make_mesh(shd.MeshConfig(1, 1, 1), jax.local_devices(backend="cpu")[:1]))
 
     # ----- shared -----
 
@@ -263,18 +303,31 @@ class Trainer:
         m = lambda x: split_micro(np.asarray(x), n_micro)  # noqa: E731
         return TrainBatch(seqs=jax.tree.map(m, seqs), advantages=m(adv), old_logp=m(old), ref_logp=m(ref))
 
-    def _train(self, batch: TrainBatch, loss_cfg: LossConfig) -> dict:
+    def _train(self, batch: TrainBatch, loss_cfg: LossConfig, batch_size: int) -> dict:
+        """One step on this process's rows `batch` ([M, b_local, ...]) of a `batch_size`-row batch."""
         with shd.use_mesh(self.mesh):
-            batch = jax.device_put(batch, batch_sharding(self.mesh))
-            out = train_step(self.model, self.optimizer, batch, loss_cfg)
+            out = train_step(self.model, self.optimizer, global_batch(batch, self.mesh, batch_size), loss_cfg)
         return {k: float(v) for k, v in jax.device_get(out).items()}
 
 
-def _sampler_gap(trainer_lp: np.ndarray, sampler_lps, prompts) -> float:
-    """Mean |sampler - trainer| log-prob over completion tokens (engines differ in numerics)."""
+def _slots(rows: np.ndarray, group_size: int) -> list[int]:
+    """This process's rows -> the states (slots) whose groups they are. A process must hold whole
+    groups, in order: its rollouts are generated and scored where they are trained."""
+    slots = list(dict.fromkeys(int(r) // group_size for r in rows))
+    if list(rows) != [s * group_size + j for s in slots for j in range(group_size)]:
+        raise ValueError(
+            f"process {dist.process_index()} holds rows {list(rows)} of the GRPO batch, not whole groups of "
+            f"group_size={group_size}: make prompts_per_step * group_size / (micro_batches * processes) a "
+            "multiple of group_size")
+    return slots
+
+
+def _sampler_gap(trainer_lp: np.ndarray, sampler_lps, prompts) -> np.ndarray:
+    """[sum, count] of |sampler - trainer| log-prob over completion tokens (engines differ in numerics)."""
     gaps = [np.abs(completion_logprobs(trainer_lp[b], len(p), len(lps)) - np.asarray(lps))
             for b, (lps, p) in enumerate(zip(sampler_lps, prompts)) if lps]
-    return float(np.concatenate(gaps).mean()) if gaps else float("nan")
+    flat = np.concatenate(gaps) if gaps else np.zeros(0)
+    return np.array([flat.sum(), flat.size], np.float64)
 
 
 def _jsonable(x):

@@ -1,6 +1,7 @@
 """Running a harness on a task's questions in the sandbox: questions become `Job`s, scores come back.
 
-Only the question text and the tools' names enter the sandbox. The reference goes into the job
+Only the question text and the tools' names enter the sandbox (tests/test_reward_guards.py searches a
+job's objects, frames, memory and files for the reference and finds nothing). The reference goes into the job
 for the execution report, the tools are the question's own bound functions (run by the pool in
 the supervisor), and the scorer finds each question again by its id (the job's tag).
 """

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-import bm25s
 import numpy as np
 
 
@@ -21,8 +20,16 @@ class Paragraph:
     is_supporting: bool = False  # Gold supporting paragraph; for analysis only, never shown to harnesses.
 
 
+def _bm25s():
+    # Imported on first use: bm25s touches JAX at import time, which must not happen before a
+    # multi-process run has called jax.distributed.initialize.
+    import bm25s
+
+    return bm25s
+
+
 def _tokens(texts: list[str], return_ids: bool):
-    return bm25s.tokenize(texts, stopwords="en", show_progress=False, return_ids=return_ids)
+    return _bm25s().tokenize(texts, stopwords="en", show_progress=False, return_ids=return_ids)
 
 
 class BM25Retriever:
@@ -32,9 +39,9 @@ class BM25Retriever:
         self.paragraphs = tuple(paragraphs)
         corpus = _tokens([f"{p.title}. {p.text}" for p in self.paragraphs], return_ids=True)
         # A corpus with no indexable word at all (only stop words) can match nothing.
-        self._index: bm25s.BM25 | None = None
+        self._index = None
         if corpus.vocab:
-            self._index = bm25s.BM25()
+            self._index = _bm25s().BM25()
             self._index.index(corpus, show_progress=False)
 
     def scores(self, query: str) -> np.ndarray:

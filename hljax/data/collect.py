@@ -1,0 +1,464 @@
+"""SFT data from a teacher: revisions of the seed harness that improve on it and pass quality filters.
+
+The paper's SFT data are a 35B teacher's revisions of the seed harness that improved on the seed
+and passed quality filters. Here, for each task family and each feedback round r < `rounds`:
+1. the seed harness runs on round r's feedback questions: the revision state and its proposer
+   prompt (`loop.revision.build_state`, the prompt GRPO shows for the same state);
+2. the teacher samples `proposals` completions for that prompt (seeded by run seed, task, round);
+3. each completion becomes a candidate (`loop.revision.candidate`), goes through the static filters
+   of hljax/harness/filters.py, and if they pass runs in the sandbox on the round's feedback
+   questions and on the task's scoring questions (`scoring_questions` of the scoring split, the
+   same for every candidate of the task, disjoint from all feedback questions);
+4. it is kept only if every filter passes, including "improves": its scoring mean beats the seed's.
+
+Output, next to each other:
+- `out`: kept rows, the schema of hljax/rl/sft_data.py (directly usable as `sft.data`), plus
+  round, proposal, candidate (the new harness), scores, filters (name -> passed), details (name ->
+  why not), flags, kept, reason, finish_reason;
+- `<out without .jsonl>.rejected.jsonl`: rejected rows, the same fields, `reason` naming the first
+  failed filter (details say why);
+- `<...>.summary.json` and a printed table: kept / rejected by reason, per task and in total;
+- `<...>.config.json`: what the rows were collected with; a rerun with other settings is refused.
+
+Resume: rows are appended and fsynced one at a time, with ids "<task>/r<round>/p<proposal>". A rerun
+reads both files, cuts a torn last line (a kill mid-write), and skips every id already written, so
+nothing is written twice or lost. A proposal whose runs hit an infrastructure error (the sandbox or
+the solver failed, not the harness) is not written: the summary counts it and a rerun retries it.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import logging
+import os
+from typing import Literal, Sequence
+
+import jax
+import ml_collections
+from tqdm import tqdm
+
+from hljax import sharding as shd
+from hljax.data.teacher import ChatModel, OpenAIChatGenerator, OpenAIOptions, api_key_from_env
+from hljax.generate.client import ClientConfig
+from hljax.generate.endpoints import Endpoint, GeneratorSpec
+from hljax.generate.types import SamplingParams
+from hljax.harness import filters as fl
+from hljax.harness import seeds
+from hljax.harness.prompts import PromptConfig
+from hljax.loop.revision import build_state, candidate, score_candidates
+from hljax.models.presets import init_model
+from hljax.rl import rewards
+from hljax.rl.run_config import ConfigError, SolverSpec, TaskSpec, solver_fields, typed
+from hljax.seeding import derive_seed
+from hljax.sharding import MeshConfig
+from hljax.tasks.base import Question, Task
+from hljax.tasks.multihop_qa import QAPayload
+from hljax.tasks.reasoning_gym import RGPayload
+from hljax.tasks.suite import SEED_HARNESS, build_tasks
+from sandbox.config import SandboxConfig
+from sandbox.pool import SandboxPool
+from sandbox.results import JobResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class TeacherSpec:
+    """The model that proposes revisions, and how it is sampled."""
+
+    # embedded_server: our JAX engine on `path` (or a random `preset` model) behind the HTTP API in
+    # this process, spoken to through `api` as any server would be. remote: a running server at `url`.
+    backend: Literal["embedded_server", "remote"] = "remote"
+    # openai: /v1/chat/completions (OpenAI, vLLM, SGLang; the server applies the chat template).
+    # sglang: SGLang's native /generate, the chat template rendered here from `path`'s tokenizer.
+    api: Literal["openai", "sglang"] = "openai"
+    url: str = ""
+    model: str = ""  # The openai request's "model" field; "" = the base name of `path`.
+    path: str = ""  # HF folder: the embedded weights, or the tokenizer for api="sglang".
+    preset: str = "tiny"  # embedded_server with no path: a random model of this preset (tests, smoke runs).
+    api_key_env: str = ""  # Name of the environment variable holding an API key ("" = none).
+    template_kwargs: bool = True  # Send chat_template_kwargs (SGLang/vLLM); off for api.openai.com.
+    enable_thinking: bool = False
+    max_new_tokens: int = 2048
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = -1
+    timeout_s: float = 600.0  # Per HTTP request.
+    max_batch: int = 16  # embedded_server engine limits.
+    max_seq_len: int = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectConfig:
+    out: str  # JSONL of kept rows.
+    run_dir: str  # Scratch: the random teacher model of an embedded preset.
+    seed: int
+    rounds: int  # Revision states (feedback rounds) per task.
+    proposals: int  # Teacher completions per state.
+    scoring_questions: int  # Per task, from the start of the scoring split.
+    mesh: MeshConfig
+    teacher: TeacherSpec
+    solver: SolverSpec
+    tasks: TaskSpec
+    sandbox: SandboxConfig
+    prompt: PromptConfig
+    filters: fl.FilterConfig
+
+    def __post_init__(self):
+        need = []
+        if not self.out.endswith(".jsonl"):
+            need.append(f"out ending in .jsonl (got {self.out!r})")
+        if self.teacher.backend == "remote" and not self.teacher.url:
+            need.append("teacher.url (the teacher's server)")
+        if self.teacher.backend == "remote" and self.teacher.api == "sglang" and not self.teacher.path:
+            need.append("teacher.path (the teacher's HF folder, for its chat template)")
+        if self.teacher.backend == "remote" and self.teacher.api == "openai" and not self.teacher.model:
+            need.append("teacher.model (the served model's name)")
+        if self.solver.backend == "sglang" and not (self.solver.url and self.solver.path):
+            need.append("solver.url and solver.path (the solver's server, and its HF folder for the chat template)")
+        if self.solver.backend == "embedded" and not self.solver.path and self.teacher.backend == "remote":
+            need.append("solver.path (the solver's HF folder; only an embedded teacher's weights are a default)")
+        if self.tasks.suite == "multihop_qa" and not self.tasks.qa_files:
+            need.append("tasks.qa_files ('dataset:path' of the QA data)")
+        if need:
+            raise ConfigError("this config needs " + "; ".join(need))
+        for name in ("rounds", "proposals", "scoring_questions"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.scoring_questions > self.tasks.scoring:
+            raise ConfigError(f"scoring_questions={self.scoring_questions} exceeds tasks.scoring={self.tasks.scoring}")
+
+    @classmethod
+    def from_config(cls, cfg: ml_collections.ConfigDict) -> CollectConfig:
+        d = cfg.to_dict()
+        d["solver"] = solver_fields(d.get("solver", {}))
+        return typed(cls, d, "config")
+
+    @property
+    def stem(self) -> str:
+        return self.out[: -len(".jsonl")]
+
+    @property
+    def rejected_path(self) -> str:
+        return self.stem + ".rejected.jsonl"
+
+    def fingerprint(self) -> dict:
+        """What decides a row's content: a resumed run must match it. Not URLs, keys, rounds or families,
+        so a run can move servers or be extended with more rounds or families."""
+        d = dataclasses.asdict(self)
+        for k in ("url", "api_key_env", "timeout_s", "max_batch", "max_seq_len"):
+            d["teacher"].pop(k)
+        for k in ("url", "max_batch", "max_seq_len"):
+            d["solver"].pop(k)
+        d["tasks"].pop("families")
+        for k in ("out", "run_dir", "rounds", "mesh", "sandbox"):
+            d.pop(k)
+        return json.loads(json.dumps(d))
+
+
+# ----- rows on disk ---------------------------------------------------------------------------------
+
+
+def row_id(task: str, round_index: int, proposal: int) -> str:
+    return f"{task}/r{round_index}/p{proposal}"
+
+
+def read_rows(path: str) -> list[dict]:
+    """Rows of a collector JSONL. A torn last line (a kill mid-write) is cut off the file; a bad line
+    elsewhere is an error naming the file and line."""
+    if not os.path.exists(path):
+        return []
+    with open(path, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    rows, good_end = [], 0
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            good_end += len(line) + 1
+            continue
+        last = n == len(lines)  # No newline after it: the write did not finish.
+        try:
+            row = json.loads(line)
+            if last:
+                raise ValueError("no newline")
+        except ValueError as e:
+            # Rows are written whole with their newline, so only a last line without one can be torn.
+            if last:
+                log.warning("%s:%d: cutting a torn last line (%s)", path, n, e)
+                with open(path, "r+b") as f:
+                    f.truncate(good_end)
+                break
+            raise ValueError(f"{path}:{n}: not a JSON row ({e})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+            raise ValueError(f"{path}:{n}: a row must be a JSON object with a string id")
+        rows.append(row)
+        good_end += len(line) + 1
+    return rows
+
+
+def _append(path: str, row: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def references(question: Question) -> list[str]:
+    """The reference strings a hard-coded answer would spell: the rendered reference and the raw one(s)."""
+    out = [question.answer]
+    if isinstance(question.payload, RGPayload):
+        out.append(str(question.payload.entry["answer"]))
+    elif isinstance(question.payload, QAPayload):
+        out += list(question.payload.golds)
+    return out
+
+
+# ----- the collector --------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Judged:
+    """One proposal on its way to a row."""
+
+    index: int
+    text: str
+    finish_reason: str
+    verdicts: list[fl.Verdict]
+    code: str | None = None
+    feedback: list[JobResult] | None = None
+    scoring: list[JobResult] | None = None
+    flags: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> fl.Verdict | None:
+        return next((v for v in self.verdicts if not v.ok), None)
+
+
+class Collector:
+    def __init__(self, cfg: CollectConfig):
+        self.cfg = cfg
+        self._endpoints: list[Endpoint] = []
+        self.pool: SandboxPool | None = None
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self) -> None:
+        cfg = self.cfg
+        m = cfg.mesh
+        # Fixed sizes take the first devices; -1 on an axis takes them all (the trainer's convention).
+        devices = None if -1 in (m.data, m.fsdp, m.tensor) else jax.devices()[: m.data * m.fsdp * m.tensor]
+        mesh = shd.make_mesh(m, devices)
+        t = cfg.teacher
+        teacher_path = t.path
+        if t.backend == "embedded_server" and not teacher_path:
+            teacher_path = os.path.join(cfg.run_dir, "teacher-init")
+            if not os.path.exists(os.path.join(teacher_path, "config.json")):
+                init_model(t.preset, teacher_path, seed=cfg.seed)
+        client = ClientConfig(timeout_s=t.timeout_s)
+        if t.backend == "embedded_server":
+            endpoint = Endpoint(GeneratorSpec("embedded_server", teacher_path, max_batch=t.max_batch,
+                                              max_seq_len=t.max_seq_len), mesh)
+            self._endpoints.append(endpoint)
+            url = endpoint.server.url
+        else:
+            url = t.url
+        if t.api == "openai":
+            options = OpenAIOptions(model=t.model or os.path.basename(os.path.normpath(teacher_path)),
+                                    api_key=api_key_from_env(t.api_key_env), template_kwargs=t.template_kwargs)
+            self.teacher: ChatModel = OpenAIChatGenerator(url, options, client)
+            self.source = f"teacher:{options.model}"
+        elif t.backend == "embedded_server":
+            self.teacher = self._endpoints[0].generator
+            self.source = f"teacher:{os.path.basename(os.path.normpath(teacher_path))}"
+        else:
+            endpoint = Endpoint(GeneratorSpec("sglang", t.path, url=t.url), mesh)
+            self._endpoints.append(endpoint)
+            self.teacher = endpoint.generator
+            self.source = f"teacher:{os.path.basename(os.path.normpath(t.path))}"
+        s = cfg.solver
+        solver_path = s.path or teacher_path
+        backend = "sglang" if s.backend == "sglang" else "embedded"
+        solver = Endpoint(GeneratorSpec(backend, solver_path, url=s.url, max_batch=s.max_batch,
+                                        max_seq_len=s.max_seq_len), mesh)
+        self._endpoints.append(solver)
+        self.pool = SandboxPool(cfg.sandbox, solver.generator, s.budget)
+        self.tasks: list[Task] = build_tasks(cfg.tasks, cfg.seed)
+        self.seed_harness = seeds.load(SEED_HARNESS[cfg.tasks.suite])
+        self._parent: dict[str, tuple[float, list[Question]]] = {}
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+        for e in self._endpoints:
+            e.close()
+        self._endpoints = []
+
+    def __enter__(self) -> Collector:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ----- run --------------------------------------------------------------------------------
+
+    def run(self) -> dict:
+        """Collect every missing row; returns the summary (also written to <stem>.summary.json)."""
+        cfg = self.cfg
+        os.makedirs(os.path.dirname(os.path.abspath(cfg.out)), exist_ok=True)
+        self._check_config()
+        done = {r["id"] for r in read_rows(cfg.out)}
+        rejected = {r["id"] for r in read_rows(cfg.rejected_path)}
+        if done & rejected:
+            raise ValueError(f"ids both kept and rejected: {sorted(done & rejected)[:5]} "
+                             f"({cfg.out}, {cfg.rejected_path})")
+        done |= rejected
+        units = [(task, r) for task in self.tasks for r in range(cfg.rounds)]
+        total = len(units) * cfg.proposals
+        wanted = {row_id(task.name, r, k) for task, r in units for k in range(cfg.proposals)}
+        infra = collections.Counter()
+        bar = tqdm(total=total, initial=len(wanted & done), desc="collect", unit="proposal")
+        for task, r in units:
+            ids = [row_id(task.name, r, k) for k in range(cfg.proposals)]
+            if all(i in done for i in ids):
+                continue
+            for row in self._unit(task, r, skip={k for k, i in enumerate(ids) if i in done}):
+                if row is None:
+                    infra[task.name] += 1
+                else:
+                    _append(cfg.out if row["kept"] else cfg.rejected_path, row)
+                bar.update(1)
+        bar.close()
+        summary = summarize(read_rows(cfg.out) + read_rows(cfg.rejected_path), wanted, infra)
+        with open(cfg.stem + ".summary.json", "w") as f:
+            json.dump(summary, f, indent=2)
+        return summary
+
+    def _check_config(self) -> None:
+        path = self.cfg.stem + ".config.json"
+        mine = self.cfg.fingerprint()
+        if os.path.exists(path):
+            with open(path) as f:
+                theirs = json.load(f)
+            diff = sorted(_diff_keys(theirs, mine))
+            if diff:
+                raise ConfigError(f"{self.cfg.out} was collected with other settings ({path}); differing keys: "
+                                  f"{diff}. Write to another out, or restore those settings to resume.")
+        else:
+            with open(path, "w") as f:
+                json.dump(mine, f, indent=2)
+
+    def parent(self, task: Task) -> tuple[float, list[Question]]:
+        """The seed harness's mean on the task's scoring questions, and those questions (cached)."""
+        if task.name not in self._parent:
+            questions = task.take("scoring", self.cfg.scoring_questions)
+            results = score_candidates(self.pool, task, [self.seed_harness], questions)[0]
+            if any(r.is_infra_error for r in results):
+                raise RuntimeError(f"{task.name}: infrastructure errors while scoring the seed harness: "
+                                   f"{[r.reason for r in results if r.is_infra_error][:3]}")
+            self._parent[task.name] = (sum(r.score or 0.0 for r in results) / len(results), questions)
+        return self._parent[task.name]
+
+    def _unit(self, task: Task, round_index: int, skip: set[int]) -> list[dict | None]:
+        """Rows for the proposals of one state not in `skip`, in proposal order (None: infrastructure error)."""
+        cfg, t = self.cfg, self.cfg.teacher
+        parent_score, scoring_qs = self.parent(task)
+        state = build_state(self.pool, task, self.seed_harness, round_index)
+        messages = state.messages(cfg.prompt)
+        sampling = SamplingParams(max_new_tokens=t.max_new_tokens, temperature=t.temperature, top_p=t.top_p,
+                                  top_k=t.top_k, seed=derive_seed(cfg.seed, task.name, round_index))
+        completions = self.teacher.chat([messages], sampling, n=cfg.proposals, enable_thinking=t.enable_thinking)[0]
+        feedback_qs = task.feedback_round(round_index)
+        refs = [s for q in feedback_qs + scoring_qs for s in references(q)]
+        judged = [self._static(k, c.text, c.finish_reason, refs) for k, c in enumerate(completions) if k not in skip]
+        runnable = [j for j in judged if j.failed is None]
+        questions = feedback_qs + scoring_qs
+        results = score_candidates(self.pool, task, [j.code for j in runnable], questions)
+        scoring_refs = [q.answer for q in scoring_qs]
+        for j, res in zip(runnable, results):
+            j.feedback, j.scoring = res[: len(feedback_qs)], res[len(feedback_qs) :]
+            if any(r.is_infra_error for r in res):
+                continue
+            j.flags = rewards.flags(j.scoring, j.code, scoring_refs)
+            j.verdicts += [fl.runs_clean(j.feedback), fl.not_flagged(j.flags),
+                           fl.improves(parent_score, _mean(j.scoring), cfg.filters)]
+        return [self._row(task, round_index, j, messages, parent_score) for j in judged]
+
+    def _static(self, index: int, text: str, finish_reason: str, refs: Sequence[str]) -> _Judged:
+        f = self.cfg.filters
+        result = candidate(self.seed_harness, text)
+        j = _Judged(index, text, finish_reason, [fl.valid_edit(result)])
+        if j.failed is None:
+            j.code = result.code
+            j.verdicts += [fl.size_limits(j.code, text, f), fl.no_reference_access(j.code),
+                           fl.no_hardcoded_answers(j.code, self.seed_harness, refs, f), fl.solver_settings(j.code, f)]
+        return j
+
+    def _row(self, task: Task, round_index: int, j: _Judged, messages, parent_score: float) -> dict | None:
+        if j.scoring is not None and any(r.is_infra_error for r in j.feedback + j.scoring):
+            log.warning("%s: infrastructure error; not written, a rerun retries it",
+                        row_id(task.name, round_index, j.index))
+            return None
+        failed = j.failed
+        return {
+            "id": row_id(task.name, round_index, j.index),
+            "task": task.name,
+            "round": round_index,
+            "proposal": j.index,
+            "harness": self.seed_harness,
+            "messages": [dict(m) for m in messages],
+            "completion": j.text,
+            "candidate": j.code,
+            "scores": {"parent": parent_score, "candidate": _mean(j.scoring), "candidate_feedback": _mean(j.feedback)},
+            "filters": {v.name: v.ok for v in j.verdicts},
+            "details": {v.name: v.detail for v in j.verdicts if not v.ok},
+            "flags": list(j.flags),
+            "kept": failed is None,
+            "reason": "" if failed is None else failed.name,
+            "finish_reason": j.finish_reason,
+            "source": self.source,
+        }
+
+
+def _mean(results: Sequence[JobResult] | None) -> float | None:
+    return None if results is None else sum(r.score or 0.0 for r in results) / len(results)
+
+
+def _diff_keys(a, b, prefix: str = "") -> set[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = set()
+        for k in set(a) | set(b):
+            out |= _diff_keys(a.get(k), b.get(k), f"{prefix}{k}.")
+        return out
+    return set() if a == b else {prefix.rstrip(".")}
+
+
+def summarize(rows: Sequence[dict], wanted: set[str], infra: collections.Counter) -> dict:
+    """Kept / rejected-by-reason counts per task and in total, over this config's rows."""
+    per: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for row in rows:
+        if row["id"] in wanted:
+            per[row["task"]]["kept" if row["kept"] else f"rejected:{row['reason']}"] += 1
+    for task, n in infra.items():
+        per[task]["infra_error (not written)"] += n
+    total = collections.Counter()
+    for c in per.values():
+        total.update(c)
+    return {"tasks": {t: dict(c) for t, c in sorted(per.items())}, "total": dict(total)}
+
+
+def format_summary(summary: dict) -> str:
+    """The summary as a text table: one row per task, one column per outcome."""
+    columns = sorted(summary["total"], key=lambda c: (c != "kept", c))
+    rows = [(t, c) for t, c in summary["tasks"].items()] + [("total", summary["total"])]
+    width = max([len("task")] + [len(t) for t, _ in rows])
+    head = f"{'task':<{width}}  " + "  ".join(columns)
+    lines = [head, "-" * len(head)]
+    for t, c in rows:
+        lines.append(f"{t:<{width}}  " + "  ".join(f"{c.get(col, 0):>{len(col)}}" for col in columns))
+    return "\n".join(lines)

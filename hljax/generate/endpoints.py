@@ -1,0 +1,81 @@
+"""Opening the generators a run talks to: the proposer behind the SGLang API, and the frozen solver.
+
+`embedded_server` starts our JAX engine behind the SGLang HTTP API in this process and returns the
+SGLang client pointed at it, so the code path is the one used against a real SGLang server.
+`embedded` is the in-process engine without HTTP (the solver's default). `sglang` connects to a
+running server; its tokenizer (for the chat template) is read from `path`, or from the folder the
+server reports in `/model_info` when `path` is empty.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import transformers
+
+from hljax.generate.client import SGLangGenerator
+from hljax.generate.engine import EngineConfig
+from hljax.generate.local import LocalGenerator
+from hljax.generate.server import Server
+
+Backend = Literal["embedded_server", "embedded", "sglang"]
+
+
+@dataclasses.dataclass(frozen=True)
+class GeneratorSpec:
+    backend: Backend
+    path: str = ""  # HF folder: the weights (embedded) or the tokenizer (sglang).
+    url: str = ""  # sglang only.
+    max_batch: int = 16
+    max_seq_len: int = 4096
+    dtype: Literal["float32", "bfloat16"] = "float32"
+
+    def __post_init__(self):
+        if self.backend not in ("embedded_server", "embedded", "sglang"):
+            raise ValueError(f"unknown generator backend {self.backend!r}; valid: embedded_server, embedded, sglang")
+        if self.backend == "sglang" and not self.url:
+            raise ValueError("the sglang backend needs a url")
+        if self.backend != "sglang" and not self.path:
+            raise ValueError(f"the {self.backend} backend needs path (an HF folder)")
+
+
+class Endpoint:
+    """A generator and whatever must be stopped with it."""
+
+    def __init__(self, spec: GeneratorSpec, mesh: jax.sharding.Mesh):
+        self.spec = spec
+        self.server: Server | None = None
+        if spec.backend == "sglang":
+            client = SGLangGenerator(spec.url)
+            client.wait_until_ready(300)
+            tokenizer_path = spec.path or client.model_info().get("model_path", "")
+            try:
+                client.tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_path)
+            except (OSError, ValueError) as e:
+                raise ValueError(f"{spec.url}: cannot load the tokenizer from {tokenizer_path!r} (set path to the "
+                                 f"model's HF folder): {e}") from None
+            self.generator = client
+            return
+        local = LocalGenerator.from_pretrained(spec.path, mesh, EngineConfig(
+            max_batch=spec.max_batch, max_seq_len=spec.max_seq_len), dtype=getattr(jnp, spec.dtype))
+        if spec.backend == "embedded":
+            self.generator = local
+            return
+        self.server = Server(local, spec.path).start()
+        client = SGLangGenerator(self.server.url, local.tokenizer)
+        client.wait_until_ready(60)
+        self.generator = client
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def __enter__(self) -> Endpoint:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

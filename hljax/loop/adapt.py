@@ -1,0 +1,149 @@
+"""Test-time adaptation: T revision rounds on one task with a frozen proposer and solver.
+
+Each round runs the current harness on the round's fresh feedback questions, renders the report,
+asks the proposer for G candidates, scores them on the run's fixed scoring questions and lets the
+selection policy pick the next harness. Every finished round is persisted (`records.RunStore`), and
+everything a round draws derives from (seed, task, round), so a run stopped after round k and
+started again repeats what an uninterrupted run does from round k + 1 on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Sequence
+
+import numpy as np
+
+from hljax.generate.types import Completion, Generator, SamplingParams
+from hljax.harness.prompts import PromptConfig
+from hljax.loop import records as rec
+from hljax.loop.revision import build_state, candidate, score_candidates
+from hljax.loop.selection import PolicyName, Scored, make_policy
+from hljax.rl import rewards as rw
+from hljax.seeding import derive_seed
+from hljax.tasks.base import Question, Task
+from hljax.tasks.jobs import run_harness
+from sandbox.pool import SandboxPool
+from sandbox.results import JobResult
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptConfig:
+    rounds: int = 5  # T.
+    proposals: int = 1  # G candidates per round.
+    policy: PolicyName = "keep_if_better"
+    scoring_questions: int = 16  # Fixed for the run, so every harness is compared on the same ones.
+    max_new_tokens: int = 1024
+    temperature: float = 0.7
+    top_p: float = 1.0
+    top_k: int = -1
+
+    def __post_init__(self):
+        if self.rounds < 1 or self.proposals < 1 or self.scoring_questions < 1:
+            raise ValueError("rounds, proposals and scoring_questions must be >= 1")
+
+    def sampling(self, seed: int) -> SamplingParams:
+        return SamplingParams(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
+                              top_k=self.top_k, seed=seed)
+
+
+def question_scores(results: Sequence[JobResult]) -> tuple[float, ...]:
+    return tuple(float(r.score or 0.0) for r in results)
+
+
+def propose(proposer: Generator, messages, sampling: SamplingParams, n: int) -> list[Completion]:
+    return proposer.chat([messages], sampling, n=n)[0]
+
+
+def judge(pool: SandboxPool, task: Task, parent_code: str, completions: Sequence[str], questions: Sequence[Question],
+          ids: Sequence[str], parent_id: str, reward: rw.RewardConfig):
+    """Apply, run and score proposals on `questions`: (CandidateRecord, candidate code or None) each."""
+    cands = [candidate(parent_code, text) for text in completions]
+    valid = [j for j, c in enumerate(cands) if rw.failure_kind(c) is None]
+    scored = dict(zip(valid, score_candidates(pool, task, [cands[j].code for j in valid], questions)))
+    out = []
+    for j, (c, text) in enumerate(zip(cands, completions)):
+        o = rw.outcome(reward, c, scored.get(j), [q.answer for q in questions])
+        code = cands[j].code if j in scored else None
+        out.append((rec.CandidateRecord(
+            id=ids[j], parent=parent_id, completion=text, kind=o.kind, detail="" if code is not None else _detail(c),
+            score=o.score, scores=question_scores(scored[j]) if j in scored else (), has_code=code is not None),
+            code))
+    return out
+
+
+def _detail(c) -> str:
+    """Why an edit gave no harness, as the proposer would be told."""
+    return c.describe() if hasattr(c, "describe") else c.reason
+
+
+def as_scored(c: rec.CandidateRecord) -> Scored:
+    return Scored(c.id, c.score, c.scores, c.kind, c.has_code)
+
+
+def run_adaptation(
+    task: Task,
+    seed_code: str,
+    proposer: Generator,
+    pool: SandboxPool,
+    cfg: AdaptConfig,
+    store: rec.RunStore,
+    *,
+    seed: int = 0,
+    run_index: int = 0,
+    prompt: PromptConfig = PromptConfig(),
+    reward: rw.RewardConfig = rw.RewardConfig(),
+    stop_after: int | None = None,
+    progress=None,
+) -> list[rec.RoundRecord]:
+    """Rounds [len(done), cfg.rounds) of one run, resuming from what `store` holds.
+
+    `stop_after`: stop once this many rounds are recorded (a planned interruption).
+    `progress`: called with each finished RoundRecord.
+    """
+    policy = make_policy(cfg.policy, seed=derive_seed(seed, task.name, run_index, "policy"))
+    scoring = task.take("scoring", cfg.scoring_questions)
+    done = store.rounds()
+    if done:
+        seed_scored = Scored(rec.SEED_ID, done[0].parent_score, done[0].parent_scores, "seed", True)
+        if store.harness(rec.SEED_ID) != seed_code:
+            raise ValueError(f"{store.directory} was started from a different seed harness; use a new run_dir")
+    else:
+        store.put_harness(rec.SEED_ID, seed_code)
+        _, results = run_harness(pool, task, seed_code, scoring)
+        scores = question_scores(results)
+        seed_scored = Scored(rec.SEED_ID, float(np.mean(scores)), scores, "seed", True)
+    archive: dict[str, Scored] = {rec.SEED_ID: seed_scored}
+    for r in done:
+        archive.update({c.id: as_scored(c) for c in r.candidates})
+    current = done[-1].selected if done else rec.SEED_ID
+
+    last = cfg.rounds if stop_after is None else min(cfg.rounds, stop_after)
+    for t in range(len(done), last):
+        start = time.perf_counter()
+        code = store.harness(current)
+        state = build_state(pool, task, code, t)
+        sampling = cfg.sampling(derive_seed(seed, task.name, run_index, t))
+        completions = propose(proposer, state.messages(prompt), sampling, cfg.proposals)
+        ids = [rec.candidate_id(t, i) for i in range(len(completions))]
+        judged = judge(pool, task, code, [c.text for c in completions], scoring, ids, current, reward)
+        for c, cand_code in judged:
+            if cand_code is not None:
+                store.put_harness(c.id, cand_code)
+        cands = [as_scored(c) for c, _ in judged]
+        choice = policy.select(archive[current], cands, list(archive.values()), t)
+        scored = {**archive, **{c.id: c for c in cands}}
+        record = rec.RoundRecord(
+            task=task.name, round=t, parent=current, parent_score=archive[current].score,
+            parent_scores=archive[current].scores, feedback_score=state.report.mean_score,
+            report=state.report.render(max_chars=prompt.report_max_chars), candidates=tuple(c for c, _ in judged),
+            selected=choice.selected, front=choice.front, seconds=time.perf_counter() - start,
+            feedback_qids=tuple(q.qid for q in task.feedback_round(t)), scoring_qids=tuple(q.qid for q in scoring),
+            selected_score=scored[choice.selected].score)
+        store.append(record)
+        archive = scored
+        current = choice.selected
+        if progress is not None:
+            progress(record)
+    return store.rounds()

@@ -1,0 +1,266 @@
+"""The paper's evaluation protocols over frozen proposers, and adaptation runs (`launch.adapt`).
+
+Layout under run_dir: `<label>/<task>/<single|run{k}>/` holds a `records.RunStore` (rounds.jsonl,
+harnesses/) plus `eval.json` (held-out scores of the harnesses that matter, by id, and the
+evaluation question ids), and `report.html`; `seed/<task>/eval.json` holds the seed row. Every
+piece is written as it finishes and reused when found, so an interrupted evaluation resumes.
+
+Held-out scores always come from the eval split, which is disjoint from feedback and scoring
+questions by construction; invalid proposals score 0 there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from hljax import distributed
+from hljax import sharding as shd
+from hljax.generate.endpoints import Endpoint, GeneratorSpec
+from hljax.harness import seeds
+from hljax.loop import records as rec
+from hljax.loop import tables
+from hljax.loop.adapt import judge, propose, question_scores, run_adaptation
+from hljax.loop.revision import build_state
+from hljax.loop.run_config import EvalRunConfig, ProposerEntry
+from hljax.seeding import derive_seed
+from hljax.tasks.base import Question, Task
+from hljax.tasks.jobs import make_jobs, make_scorer
+from hljax.tasks.suite import SEED_HARNESS, build_tasks
+from sandbox.pool import SandboxPool
+
+log = logging.getLogger(__name__)
+
+
+def task_dir(task: Task) -> str:
+    return task.name.replace("/", "_")
+
+
+# ----- held-out scores, cached per run directory -----
+
+
+def eval_scores(pool: SandboxPool, task: Task, directory: str, codes: dict[str, str],
+                questions: Sequence[Question]) -> dict[str, tuple[float, ...]]:
+    """Per-question held-out scores of each harness in `codes`, computing only what eval.json lacks."""
+    path = os.path.join(directory, "eval.json")
+    qids = [q.qid for q in questions]
+    cached = {"qids": qids, "scores": {}}
+    if os.path.exists(path):
+        with open(path) as f:
+            cached = json.load(f)
+        if cached["qids"] != qids:
+            raise ValueError(f"{path} was scored on other evaluation questions; use a new run_dir")
+    todo = [i for i in codes if i not in cached["scores"]]
+    if todo:
+        jobs = [job for i in todo for job in make_jobs(task, codes[i], questions)]
+        results = pool.run(jobs, scorer=make_scorer(task, questions))
+        n = len(questions)
+        for k, i in enumerate(todo):
+            cached["scores"][i] = list(question_scores(results[k * n : (k + 1) * n]))
+        os.makedirs(directory, exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(cached, f)
+        os.replace(tmp, path)
+    return {i: tuple(cached["scores"][i]) for i in codes}
+
+
+def mean(xs) -> float:
+    return float(np.mean(xs)) if len(xs) else 0.0
+
+
+# ----- protocols -----
+
+
+def single_revision(cfg: EvalRunConfig, task: Task, seed_code: str, proposer, pool: SandboxPool,
+                    directory: str, evalq: Sequence[Question]) -> None:
+    """N independent proposals from the seed harness (one feedback report), each scored on held-out
+    questions. The mean over all proposals is the headline; the best is an oracle."""
+    store = rec.RunStore(directory)
+    if store.rounds():
+        return
+    store.put_harness(rec.SEED_ID, seed_code)
+    state = build_state(pool, task, seed_code, 0)
+    sampling = cfg.adapt.adapt_config().sampling(derive_seed(cfg.seed, task.name, "single"))
+    completions = propose(proposer, state.messages(cfg.prompt), sampling, cfg.adapt.proposals)
+    ids = [rec.candidate_id(0, i) for i in range(len(completions))]
+    judged = judge(pool, task, seed_code, [c.text for c in completions], evalq, ids, rec.SEED_ID, cfg.reward)
+    for c, code in judged:
+        if code is not None:
+            store.put_harness(c.id, code)
+    seed_eval = eval_scores(pool, task, directory, {rec.SEED_ID: seed_code}, evalq)[rec.SEED_ID]
+    store.append(rec.RoundRecord(
+        task=task.name, round=0, parent=rec.SEED_ID, parent_score=mean(seed_eval), parent_scores=seed_eval,
+        feedback_score=state.report.mean_score, report=state.report.render(max_chars=cfg.prompt.report_max_chars),
+        candidates=tuple(c for c, _ in judged), selected=rec.SEED_ID, front=(rec.SEED_ID,), seconds=0.0,
+        feedback_qids=tuple(q.qid for q in task.feedback_round(0)), scoring_qids=tuple(q.qid for q in evalq),
+        scored_on="eval"))
+
+
+def adaptation_runs(cfg: EvalRunConfig, task: Task, seed_code: str, proposer, pool: SandboxPool,
+                    base_dir: str, evalq: Sequence[Question]) -> None:
+    """`adapt.runs` runs of `adapt.rounds` rounds; the harness kept after each round is scored on
+    held-out questions."""
+    for k in range(cfg.adapt.runs):
+        store = rec.RunStore(os.path.join(base_dir, f"run{k}"))
+        rounds = run_adaptation(task, seed_code, proposer, pool, cfg.adapt.adapt_config(), store, seed=cfg.seed,
+                                run_index=k, prompt=cfg.prompt, reward=cfg.reward)
+        kept = dict.fromkeys([rec.SEED_ID] + [r.selected for r in rounds])
+        eval_scores(pool, task, store.directory, {i: store.harness(i) for i in kept}, evalq)
+
+
+# ----- a whole evaluation -----
+
+
+def proposer_spec(cfg: EvalRunConfig, entry: ProposerEntry) -> GeneratorSpec:
+    if entry.url:
+        return GeneratorSpec("sglang", path=entry.path, url=entry.url)
+    return GeneratorSpec("embedded_server", path=entry.path, max_batch=cfg.proposer.max_batch,
+                         max_seq_len=cfg.proposer.max_seq_len, dtype=cfg.proposer.dtype)
+
+
+def solver_spec(cfg: EvalRunConfig) -> GeneratorSpec:
+    s = cfg.solver
+    if s.backend == "sglang":
+        return GeneratorSpec("sglang", path=s.path, url=s.url)
+    return GeneratorSpec("embedded", path=cfg.solver_path, max_batch=s.max_batch, max_seq_len=s.max_seq_len)
+
+
+def run(cfg: EvalRunConfig) -> dict:
+    """Evaluate every proposer on every task; tables and reports on process 0. -> summary paths."""
+    distributed.initialize(cfg.distributed)
+    mesh = distributed.local_mesh(cfg.mesh) if distributed.process_count() > 1 else shd.make_mesh(cfg.mesh)
+    tasks = build_tasks(cfg.tasks, cfg.seed)
+    # Tasks are independent: each process takes its share, and process 0 tabulates from the files.
+    mine = tasks[distributed.process_index()::distributed.process_count()]
+    seed_code = seeds.load(SEED_HARNESS[cfg.tasks.suite])
+    protocol = single_revision if cfg.evaluation.protocol == "single" else adaptation_runs
+    os.makedirs(cfg.run_dir, exist_ok=True)
+    with Endpoint(solver_spec(cfg), mesh) as solver, \
+            SandboxPool(cfg.sandbox, solver.generator, cfg.solver.budget) as pool:
+        evalq = {t.name: t.take("eval", cfg.evaluation.eval_questions) for t in mine}
+        for task in tqdm(mine, desc="seed harness"):
+            eval_scores(pool, task, os.path.join(cfg.run_dir, "seed", task_dir(task)), {rec.SEED_ID: seed_code},
+                        evalq[task.name])
+        for entry in cfg.proposers:
+            with Endpoint(proposer_spec(cfg, entry), mesh) as proposer:
+                for task in tqdm(mine, desc=f"proposer {entry.label}"):
+                    directory = os.path.join(cfg.run_dir, entry.label, task_dir(task))
+                    if cfg.evaluation.protocol == "single":
+                        directory = os.path.join(directory, "single")
+                    protocol(cfg, task, seed_code, proposer.generator, pool, directory, evalq[task.name])
+    distributed.barrier("evaluation-done")
+    if not distributed.is_main():
+        return {}
+    return tabulate(cfg, tasks)
+
+
+def collect_results(cfg: EvalRunConfig, tasks: Sequence[Task]) -> list[tables.TaskResult]:
+    """Rebuild every TaskResult from the files (so process 0 sees all processes' work)."""
+    out = []
+    for task in tasks:
+        with open(os.path.join(cfg.run_dir, "seed", task_dir(task), "eval.json")) as f:
+            seed = mean(json.load(f)["scores"][rec.SEED_ID])
+        out.append(tables.TaskResult("seed", task.name, seed, seed, 0, 0.0, 0.0))
+    for entry in cfg.proposers:
+        for task in tasks:
+            out.append(_result_from_files(cfg, entry.label, task))
+    return out
+
+
+def _result_from_files(cfg: EvalRunConfig, label: str, task: Task) -> tables.TaskResult:
+    base = os.path.join(cfg.run_dir, label, task_dir(task))
+    if cfg.evaluation.protocol == "single":
+        cands = rec.RunStore(os.path.join(base, "single")).rounds()[0].candidates
+        scores = [c.score if c.has_code else 0.0 for c in cands]
+        return tables.TaskResult(label, task.name, mean(scores), max(scores) if scores else 0.0, len(cands),
+                                 mean([not c.has_code for c in cands]), mean([s == 0 for s in scores]))
+    finals, curves, proposals = [], [], []
+    for k in range(cfg.adapt.runs):
+        directory = os.path.join(base, f"run{k}")
+        rounds = rec.RunStore(directory).rounds()
+        with open(os.path.join(directory, "eval.json")) as f:
+            held = json.load(f)["scores"]
+        kept = [rec.SEED_ID] + [r.selected for r in rounds]
+        curves.append([mean(held[i]) for i in kept])
+        finals.append(curves[-1][-1])
+        proposals.extend(c for r in rounds for c in r.candidates)
+    return tables.TaskResult(
+        label, task.name, mean(finals), max(finals), len(proposals), mean([not c.has_code for c in proposals]),
+        mean([not c.has_code or c.score == 0 for c in proposals]), tuple(float(x) for x in np.mean(curves, axis=0)))
+
+
+def check_disjoint(cfg: EvalRunConfig, tasks: Sequence[Task]) -> None:
+    """Fail loudly if any held-out question was also a feedback or scoring question of a run."""
+    for entry in cfg.proposers:
+        for task in tasks:
+            base = os.path.join(cfg.run_dir, entry.label, task_dir(task))
+            for name in sorted(os.listdir(base)):
+                with open(os.path.join(base, name, "eval.json")) as f:
+                    held = set(json.load(f)["qids"])
+                for r in rec.RunStore(os.path.join(base, name)).rounds():
+                    seen = set(r.feedback_qids) | (set(r.scoring_qids) if r.scored_on == "scoring" else set())
+                    if held & seen:
+                        raise AssertionError(f"{base}/{name} round {r.round}: held-out questions were also used "
+                                             f"for feedback or scoring: {sorted(held & seen)[:3]}")
+
+
+def tabulate(cfg: EvalRunConfig, tasks: Sequence[Task]) -> dict:
+    check_disjoint(cfg, tasks)
+    results = collect_results(cfg, tasks)
+    notes = [f"protocol: {cfg.evaluation.protocol}; proposals per {'task' if cfg.evaluation.protocol == 'single' else 'round'}: "
+             f"{cfg.adapt.proposals}; held-out questions per task: {cfg.evaluation.eval_questions}",
+             "held-out questions come from the eval split, disjoint from feedback and scoring questions"]
+    if cfg.evaluation.protocol == "rounds":
+        notes.append(f"{cfg.adapt.runs} run(s) of {cfg.adapt.rounds} rounds, policy {cfg.adapt.policy}")
+    out = {"results_md": os.path.join(cfg.run_dir, "results.md"), "results_csv": os.path.join(cfg.run_dir, "results.csv")}
+    with open(out["results_md"], "w") as f:
+        f.write(tables.results_markdown(results, cfg.evaluation.protocol, notes))
+    with open(out["results_csv"], "w") as f:
+        f.write(tables.to_csv(results))
+    if cfg.report.plots and cfg.evaluation.protocol == "rounds":
+        out["plot"] = plot_rounds(results, os.path.join(cfg.run_dir, "score_vs_round.png"))
+    if cfg.report.html:
+        out["html"] = write_reports(cfg, tasks)
+    return out
+
+
+def plot_rounds(results: Sequence[tables.TaskResult], path: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label in dict.fromkeys(r.label for r in results if r.per_round):
+        curves = [r.per_round for r in results if r.label == label]
+        ax.plot(range(len(curves[0])), np.mean(curves, axis=0), marker="o", label=label)
+    seed = [r.mean for r in results if r.label == "seed"]
+    if seed:
+        ax.axhline(float(np.mean(seed)), color="grey", linestyle="--", label="seed harness")
+    ax.set_xlabel("round")
+    ax.set_ylabel("held-out score (mean over tasks)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_reports(cfg: EvalRunConfig, tasks: Sequence[Task]) -> str:
+    from hljax.loop import html_report
+
+    pages = []
+    for entry in cfg.proposers:
+        for task in tasks:
+            base = os.path.join(cfg.run_dir, entry.label, task_dir(task))
+            runs = ["single"] if cfg.evaluation.protocol == "single" else [f"run{k}" for k in range(cfg.adapt.runs)]
+            for name in runs:
+                directory = os.path.join(base, name)
+                pages.append(html_report.write_report(directory, title=f"{entry.label} · {task.name} · {name}"))
+    return html_report.write_index(pages, os.path.join(cfg.run_dir, "index.html"))

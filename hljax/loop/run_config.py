@@ -1,0 +1,121 @@
+"""The typed config of test-time adaptation and evaluation runs (`launch.adapt`, `launch.evaluate`).
+
+Built from a locked ml_collections config (configs/adapt_base.py is the schema): unknown keys, wrong
+types and bad values fail at start-up, naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import ml_collections
+
+from hljax.harness.prompts import PromptConfig
+from hljax.loop.adapt import AdaptConfig
+from hljax.rl.rewards import RewardConfig
+from hljax.rl.run_config import ConfigError, DistributedSpec, SolverSpec, TaskSpec, solver_fields, typed
+from hljax.sharding import MeshConfig
+from sandbox.config import SandboxConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class ProposerEntry:
+    """One row of the results table: a frozen proposer."""
+
+    label: str  # "base", "sft", "rl", "teacher", ...
+    path: str = ""  # HF folder: served by our engine behind the SGLang API; or the tokenizer of `url`.
+    url: str = ""  # A running SGLang (or compatible) server.
+
+    @classmethod
+    def parse(cls, entry: str) -> ProposerEntry:
+        """"label=/path/to/hf_folder" or "label=http://host:port" (optionally "|/tokenizer/folder")."""
+        label, sep, where = entry.partition("=")
+        if not sep or not label or not where:
+            raise ConfigError(f"proposers entry {entry!r} must be 'label=HF folder' or 'label=http://host:port'")
+        if where.startswith(("http://", "https://")):
+            url, _, tokenizer = where.partition("|")
+            return cls(label, tokenizer, url)
+        return cls(label, where)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProposerServing:
+    """How an HF-folder proposer is served (our engine behind the SGLang API)."""
+
+    max_batch: int = 16
+    max_seq_len: int = 8192
+    dtype: Literal["float32", "bfloat16"] = "float32"
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationSpec:
+    # single: each task's seed harness gets `adapt.proposals` independent proposals, each scored on
+    # evaluation questions (the paper's single-revision protocol). rounds: `adapt.runs` runs of
+    # `adapt.rounds` rounds (multistep / QA runs); the harness kept after each round is evaluated.
+    protocol: Literal["single", "rounds"] = "rounds"
+    eval_questions: int = 64  # From the eval split, disjoint from feedback and scoring questions.
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptSpec:
+    rounds: int = 5
+    proposals: int = 1
+    policy: Literal["keep_if_better", "best_of_g", "pareto"] = "keep_if_better"
+    runs: int = 1  # Independent runs per task (different sampling seeds).
+    scoring_questions: int = 16
+    max_new_tokens: int = 1024
+    temperature: float = 0.7
+    top_p: float = 1.0
+    top_k: int = -1
+
+    def adapt_config(self) -> AdaptConfig:
+        return AdaptConfig(rounds=self.rounds, proposals=self.proposals, policy=self.policy,
+                           scoring_questions=self.scoring_questions, max_new_tokens=self.max_new_tokens,
+                           temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportSpec:
+    html: bool = True  # A static HTML page per run (tree, diffs, scores) and an index.
+    plots: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalRunConfig:
+    run_dir: str
+    seed: int
+    proposers: tuple[ProposerEntry, ...]
+    proposer: ProposerServing
+    solver: SolverSpec
+    tasks: TaskSpec
+    adapt: AdaptSpec
+    evaluation: EvaluationSpec
+    sandbox: SandboxConfig
+    reward: RewardConfig
+    prompt: PromptConfig
+    mesh: MeshConfig
+    distributed: DistributedSpec
+    report: ReportSpec
+
+    def __post_init__(self):
+        if not self.proposers:
+            raise ConfigError("proposers: name at least one 'label=HF folder' or 'label=http://host:port'")
+        labels = [p.label for p in self.proposers]
+        if len(set(labels)) != len(labels) or "seed" in labels:
+            raise ConfigError(f"proposers: labels must be unique and not 'seed', got {labels}")
+        if self.solver.backend == "embedded" and not self.solver_path:
+            raise ConfigError("solver.path: the solver's HF folder (or give the first proposer as an HF folder)")
+
+    @property
+    def solver_path(self) -> str:
+        """The solver's HF folder: solver.path, else the first proposer's folder (the paper's RG setup
+        uses one model as base proposer and solver)."""
+        return self.solver.path or self.proposers[0].path
+
+    @classmethod
+    def from_config(cls, cfg: ml_collections.ConfigDict) -> EvalRunConfig:
+        d = cfg.to_dict()
+        d["solver"] = solver_fields(d.get("solver", {}))
+        d["proposers"] = tuple(ProposerEntry.parse(e) for e in d.get("proposers", ()))
+        return typed(cls, d, "config")
