@@ -1,6 +1,9 @@
 """Decode throughput of our JAX engine vs `transformers.generate` on the same random weights.
 
-    python bench/generate.py [--sizes small,0.6b] [--batches 1,8] [--prompt 64] [--new 32]
+    python bench/generate.py [--sizes small,0.6b,q35-small,q35-0.8b] [--batches 1,8] [--prompt 64] [--new 32]
+
+Sizes prefixed `q35-` are Qwen3.5 (hybrid Gated DeltaNet / gated attention, 3 linear layers per full
+one); transformers runs them on its torch fallbacks (no flash-linear-attention kernels on CPU).
 
 Prints tokens/s for both, their ratio, and our decode steps/s as a fraction of the memory-bandwidth
 roofline (weight bytes read per step / numpy copy bandwidth measured in this run).
@@ -28,7 +31,27 @@ SIZES = {
                   num_attention_heads=4, num_key_value_heads=2, head_dim=64),
     "0.6b": dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
                  num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+    "q35-small": dict(vocab_size=8192, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=64, linear_num_key_heads=4,
+                      linear_num_value_heads=4, linear_key_head_dim=64, linear_value_head_dim=64),
+    # Qwen3.5-0.8B's text shape as public configs give it (random weights; vocabulary included).
+    "q35-0.8b": dict(vocab_size=248320, hidden_size=1024, intermediate_size=3584, num_hidden_layers=24,
+                     num_attention_heads=8, num_key_value_heads=2, head_dim=256, linear_num_key_heads=16,
+                     linear_num_value_heads=16, linear_key_head_dim=128, linear_value_head_dim=128,
+                     tie_word_embeddings=True),
 }
+
+
+def reference_model(size: str):
+    """transformers' model of `size` with seeded random weights."""
+    torch.manual_seed(0)
+    if size.startswith("q35-"):
+        cfg = transformers.Qwen3_5TextConfig(**SIZES[size], max_position_embeddings=4096, rope_parameters={
+            "rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25})
+        return transformers.Qwen3_5ForCausalLM(cfg).eval()
+    cfg = transformers.Qwen3Config(**SIZES[size], max_position_embeddings=4096, rope_parameters={
+        "rope_type": "default", "rope_theta": 1e6})
+    return transformers.Qwen3ForCausalLM(cfg).eval()
 
 
 def copy_bandwidth(nbytes=512 * 2**20, reps=5) -> float:
@@ -46,10 +69,8 @@ def _timed(fn) -> float:
 
 
 def bench(size: str, batches, prompt_len: int, new: int, bandwidth: float):
-    cfg = transformers.Qwen3Config(**SIZES[size], max_position_embeddings=4096, rope_parameters={
-        "rope_type": "default", "rope_theta": 1e6})
-    torch.manual_seed(0)
-    ref = transformers.Qwen3ForCausalLM(cfg).eval()
+    ref = reference_model(size)
+    cfg = ref.config
     n_params = sum(p.numel() for p in ref.parameters())
     weight_bytes = 4 * n_params
     with tempfile.TemporaryDirectory() as d:
@@ -75,7 +96,7 @@ def bench(size: str, batches, prompt_len: int, new: int, bandwidth: float):
             ref.generate(ids, **kw)
             theirs = min(_timed(lambda: ref.generate(ids, **kw)) for _ in range(2))
         roofline = bandwidth / weight_bytes
-        print(f"{size:>5} B={B}: ours {B * new / ours:8.1f} tok/s | transformers {B * new / theirs:8.1f} tok/s | "
+        print(f"{size:>9} B={B}: ours {B * new / ours:8.1f} tok/s | transformers {B * new / theirs:8.1f} tok/s | "
               f"ratio {theirs / ours:5.2f}x | decode {steps_per_s:6.2f} steps/s = "
               f"{steps_per_s / roofline:5.1%} of roofline ({roofline:.2f} steps/s at {bandwidth / 1e9:.1f} GB/s, "
               f"{weight_bytes / 1e9:.2f} GB fp32 weights)", flush=True)

@@ -1,10 +1,16 @@
-"""HF safetensors checkpoints <-> our NNX Qwen3.
+"""HF safetensors checkpoints <-> our NNX Qwen3 and Qwen3.5.
 
 One declarative table maps each HF key to an NNX path and a pair of inverse transforms. Loading
 places every array directly with its target sharding (each device reads only its own slice of a
 memory-mapped file); export gathers, transforms back and writes sharded safetensors + index.json.
 Both directions check loudly: unused HF keys, missing parameters and shape mismatches are errors
 that name the file and key.
+
+Qwen3.5 checkpoints as released (Qwen3_5ForConditionalGeneration) hold the text model under
+`model.language_model.`, a vision tower under `model.visual.` and possibly multi-token-prediction
+weights under `mtp.`; Qwen3_5ForCausalLM saves the text model under `model.`. Either prefix loads.
+We use only the text model: the other tensors are skipped on load (logged) and copied unchanged
+from the source folder on export, so an exported checkpoint keeps its vision tower.
 """
 
 from __future__ import annotations
@@ -26,8 +32,8 @@ from tqdm.auto import tqdm
 
 from hljax import sharding as shd
 from hljax.checkpoint.safetensors_io import open_tensors, save_file
+from hljax.models import registry
 from hljax.models.config import DTYPES, ModelConfig
-from hljax.models.qwen3 import Qwen3
 
 log = logging.getLogger(__name__)
 
@@ -117,26 +123,107 @@ QWEN3_RULES: tuple[Rule, ...] = (
 )
 
 
+def _qg_to_ours(w, c):  # HF [N*2H, D], rows [q_h | gate_h] per head -> ours [D, N, 2H]
+    return w.reshape(c.num_heads, 2 * c.head_dim, c.hidden_size).transpose(2, 0, 1)
+
+
+def _qg_to_hf(w, c):
+    return w.transpose(1, 2, 0).reshape(c.num_heads * 2 * c.head_dim, c.hidden_size)
+
+
+def _z_to_ours(w, c):  # HF [Hv*Dv, D] -> ours [D, Hv, Dv]
+    return w.reshape(c.linear_num_value_heads, c.linear_value_head_dim, c.hidden_size).transpose(2, 0, 1)
+
+
+def _z_to_hf(w, c):
+    return w.transpose(1, 2, 0).reshape(-1, c.hidden_size)
+
+
+def _out_to_ours(w, c):  # HF [D, Hv*Dv] -> ours [Hv, Dv, D]
+    return w.reshape(c.hidden_size, c.linear_num_value_heads, c.linear_value_head_dim).transpose(1, 2, 0)
+
+
+def _out_to_hf(w, c):
+    return w.transpose(2, 0, 1).reshape(c.hidden_size, -1)
+
+
+def _conv_to_ours(w, c):  # HF depthwise Conv1d [C, 1, W] -> ours [W, C]
+    return w[:, 0, :].T
+
+
+def _conv_to_hf(w, c):
+    return w.T[:, None, :]
+
+
+_A = _L + "self_attn."
+_G = _L + "linear_attn."
+_MLP_RULES = tuple(r for r in QWEN3_RULES if ".mlp." in r.hf)
+# HF keys are written with the "model." prefix; a checkpoint's own prefix replaces it (see `plan`).
+QWEN3_5_RULES: tuple[Rule, ...] = (
+    Rule("model.embed_tokens.weight", "embed", _same, _same),
+    Rule(_L + "input_layernorm.weight", "layers.{i}.input_norm.scale", _same, _same),
+    Rule(_L + "post_attention_layernorm.weight", "layers.{i}.post_attn_norm.scale", _same, _same),
+    Rule(_A + "q_proj.weight", "layers.{i}.attn.q_proj", _qg_to_ours, _qg_to_hf),
+    Rule(_A + "k_proj.weight", "layers.{i}.attn.k_proj", *_heads_in("num_kv_heads")),
+    Rule(_A + "v_proj.weight", "layers.{i}.attn.v_proj", *_heads_in("num_kv_heads")),
+    Rule(_A + "o_proj.weight", "layers.{i}.attn.o_proj", _o_to_ours, _o_to_hf),
+    Rule(_A + "q_norm.weight", "layers.{i}.attn.q_norm.scale", _same, _same),
+    Rule(_A + "k_norm.weight", "layers.{i}.attn.k_norm.scale", _same, _same),
+    Rule(_G + "in_proj_qkv.weight", "layers.{i}.linear_attn.in_proj_qkv", _transpose, _transpose),
+    Rule(_G + "in_proj_z.weight", "layers.{i}.linear_attn.in_proj_z", _z_to_ours, _z_to_hf),
+    Rule(_G + "in_proj_b.weight", "layers.{i}.linear_attn.in_proj_b", _transpose, _transpose),
+    Rule(_G + "in_proj_a.weight", "layers.{i}.linear_attn.in_proj_a", _transpose, _transpose),
+    Rule(_G + "conv1d.weight", "layers.{i}.linear_attn.conv", _conv_to_ours, _conv_to_hf),
+    Rule(_G + "dt_bias", "layers.{i}.linear_attn.dt_bias", _same, _same),
+    Rule(_G + "A_log", "layers.{i}.linear_attn.A_log", _same, _same),
+    Rule(_G + "norm.weight", "layers.{i}.linear_attn.norm.scale", _same, _same),
+    Rule(_G + "out_proj.weight", "layers.{i}.linear_attn.out_proj", _out_to_ours, _out_to_hf),
+    *_MLP_RULES,
+    Rule("model.norm.weight", "final_norm.scale", _same, _same),
+    Rule("lm_head.weight", "lm_head", _transpose, _transpose),
+)
+# Tensors of a Qwen3.5 checkpoint outside the text model: skipped on load, carried over on export.
+PRESERVED_PREFIXES = ("model.visual.", "mtp.")
+
+
 def _template_regex(template: str) -> re.Pattern:
     return re.compile("^" + re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)") + "$")
 
 
-_OURS_PATTERNS = [(_template_regex(r.ours), r) for r in QWEN3_RULES]
+_OURS_PATTERNS = {
+    False: [(_template_regex(r.ours), r) for r in QWEN3_RULES],
+    True: [(_template_regex(r.ours), r) for r in QWEN3_5_RULES],
+}
 
 
-def plan(state: nnx.State) -> dict[str, tuple[str, Rule]]:
+def plan(state: nnx.State, cfg: ModelConfig) -> dict[str, tuple[str, Rule]]:
     """NNX path -> (HF key, rule) for every parameter of `state`; an unmapped parameter is an error."""
     out = {}
     for path, _ in nnx.to_flat_state(state):
         dotted = ".".join(str(p) for p in path)
-        for pattern, rule in _OURS_PATTERNS:
+        for pattern, rule in _OURS_PATTERNS[cfg.is_hybrid]:
             m = pattern.match(dotted)
             if m:
-                out[dotted] = (rule.hf.format(i=m.group("i")) if "{i}" in rule.hf else rule.hf, rule)
+                key = rule.hf.format(i=m.group("i")) if "{i}" in rule.hf else rule.hf
+                if key.startswith("model."):
+                    key = cfg.hf_prefix + key[len("model."):]
+                out[dotted] = (key, rule)
                 break
         else:
             raise CheckpointError(f"parameter {dotted!r} has no HF mapping rule")
     return out
+
+
+def _text_prefix(keys, cfg: ModelConfig) -> str:
+    """Qwen3.5: where the text model's keys live in this checkpoint (Qwen3: always "model.")."""
+    if cfg.is_hybrid and any(k.startswith("model.language_model.") for k in keys):
+        return "model.language_model."
+    return "model."
+
+
+def preserved_keys(files: dict[str, str]) -> list[str]:
+    """Keys of a checkpoint's tensors outside the text model (vision tower, MTP head)."""
+    return sorted(k for k in files if k.startswith(PRESERVED_PREFIXES))
 
 
 def _weight_files(path: str) -> dict[str, str]:
@@ -164,8 +251,8 @@ def load_hf(
     dtype=jnp.float32,
     param_dtype=None,
     **config_overrides,
-) -> Qwen3:
-    """Load an HF Qwen3 folder into a model whose parameters are sharded on `mesh`.
+) -> registry.Model:
+    """Load an HF Qwen3 or Qwen3.5 folder into a model whose parameters are sharded on `mesh`.
 
     `dtype` is the compute dtype; `param_dtype` (default: `dtype`) the storage dtype.
     """
@@ -173,6 +260,7 @@ def load_hf(
     param_dtype = param_dtype or dtype
     cfg = ModelConfig.from_pretrained(path, dtype=dtype, param_dtype=param_dtype, **config_overrides)
     files = _weight_files(path)
+    cfg = dataclasses.replace(cfg, hf_prefix=_text_prefix(files, cfg))
     tensors: dict[str, dict[str, np.ndarray]] = {}
 
     def source(key: str) -> np.ndarray:
@@ -184,10 +272,10 @@ def load_hf(
         return tensors[file][key]
 
     with shd.use_mesh(mesh):
-        abstract = nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0)))
+        abstract = nnx.eval_shape(lambda: registry.model_class(cfg)(cfg, rngs=nnx.Rngs(0)))
     graphdef, abs_state = nnx.split(abstract)
     shardings = dict(nnx.to_flat_state(shd.param_shardings(abs_state, mesh)))
-    mapping = plan(abs_state)
+    mapping = plan(abs_state, cfg)
     leaves = {}
     for path_tuple, var in tqdm(nnx.to_flat_state(abs_state), desc="load safetensors", leave=False):
         dotted = ".".join(str(p) for p in path_tuple)
@@ -207,6 +295,11 @@ def load_hf(
     if cfg.tie_word_embeddings and "lm_head.weight" in unused:
         log.info("%s: ignoring lm_head.weight, tie_word_embeddings=True uses the embedding", path)
         unused.remove("lm_head.weight")
+    if cfg.is_hybrid and (extra := preserved_keys(unused)):
+        groups = sorted({k.split(".")[0] + ("." + k.split(".")[1] if k.startswith("model.") else "") for k in extra})
+        log.info("%s: skipping %d tensors outside the text model (%s); export copies them back unchanged",
+                 path, len(extra), ", ".join(groups))
+        unused = [k for k in unused if k not in set(extra)]
     if unused:
         raise CheckpointError(
             f"{path}: {len(unused)} tensors are not used by the model, e.g. {unused[:3]} in {files[unused[0]]}"
@@ -225,7 +318,7 @@ def _reshape_checked(src, key, file, rule: Rule, our_shape, cfg) -> np.ndarray:
 
 
 def save_hf(
-    model: Qwen3,
+    model: registry.Model,
     out_dir: str,
     *,
     dtype: str | None = None,
@@ -236,7 +329,8 @@ def save_hf(
 
     dtype: "float32" | "bfloat16" | "float16"; default the source config's dtype, else the
     parameters'. The folder is built beside `out_dir` and swapped in whole, so a reader never sees a
-    half-written or stale mix of shards.
+    half-written or stale mix of shards. A Qwen3.5 model's tensors outside the text model (vision
+    tower, MTP) are copied from `source_dir` (default: the folder it was loaded from).
     """
     cfg = model.cfg
     source_hf = cfg.to_hf_dict()
@@ -246,7 +340,7 @@ def save_hf(
     np_dtype = np.dtype(DTYPES[dtype])
 
     state = nnx.state(model, nnx.Param)
-    mapping = plan(state)
+    mapping = plan(state, cfg)
     by_path = dict(nnx.to_flat_state(state))
     tensors = {}
     for path_tuple, var in by_path.items():
@@ -255,6 +349,9 @@ def save_hf(
         if not value.is_fully_addressable:
             value = multihost_utils.process_allgather(value, tiled=True)
         tensors[key] = np.ascontiguousarray(rule.to_hf(np.asarray(jax.device_get(value)), cfg).astype(np_dtype))
+    source_dir = source_dir or cfg.source_dir
+    if cfg.is_hybrid:
+        tensors.update(_preserved_tensors(cfg, source_dir, np_dtype))
     tensors = dict(sorted(tensors.items(), key=lambda kv: _hf_order(kv[0])))
 
     tmp = f"{out_dir.rstrip(os.sep)}.tmp-{os.getpid()}"
@@ -271,7 +368,6 @@ def save_hf(
         _write_json(os.path.join(tmp, INDEX_FILE), {"metadata": {"total_size": total}, "weight_map": weight_map})
     _write_json(os.path.join(tmp, "config.json"), cfg.to_hf_dict(dtype=dtype))
 
-    source_dir = source_dir or cfg.source_dir
     for name in AUX_FILES:
         if source_dir and os.path.exists(os.path.join(source_dir, name)):
             shutil.copy2(os.path.join(source_dir, name), os.path.join(tmp, name))
@@ -290,11 +386,31 @@ def save_hf(
     return out_dir
 
 
+def _preserved_tensors(cfg: ModelConfig, source_dir: str | None, np_dtype) -> dict[str, np.ndarray]:
+    """The source checkpoint's vision / MTP tensors (cast like the rest); an error if the config
+    declares a vision tower whose weights cannot be found, as the export would not load."""
+    files = {}
+    if source_dir and any(os.path.exists(os.path.join(source_dir, f)) for f in (INDEX_FILE, SINGLE_FILE)):
+        files = _weight_files(source_dir)
+    keys = preserved_keys(files)
+    if "vision_config" in cfg.to_hf_dict() and not any(k.startswith("model.visual.") for k in keys):
+        raise CheckpointError(
+            f"config.json declares a vision_config but no vision tower weights (model.visual.*) were found in "
+            f"source_dir={source_dir!r}; pass save_hf(source_dir=...) the checkpoint the model was loaded from")
+    out, opened = {}, {}
+    for key in keys:
+        if files[key] not in opened:
+            opened[files[key]] = open_tensors(files[key])
+        arr = np.asarray(opened[files[key]][key])
+        out[key] = np.ascontiguousarray(arr.astype(np_dtype) if arr.dtype.kind == "f" else arr)
+    return out
+
+
 def _hf_order(key: str) -> tuple:
-    m = re.match(r"model\.layers\.(\d+)\.(.*)", key)
+    m = re.match(r"model\.(?:language_model\.)?layers\.(\d+)\.(.*)", key)
     if m:
         return (1, int(m.group(1)), m.group(2))
-    return (0 if key.startswith("model.embed") else 2, 0, key)
+    return (0 if "embed_tokens" in key else 2, 0, key)
 
 
 def _split(tensors: dict[str, np.ndarray], max_bytes: int) -> list[dict[str, np.ndarray]]:

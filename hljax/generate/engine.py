@@ -1,5 +1,6 @@
-"""Batched generation for our NNX Qwen3: one prefill of the left-padded batch, then a jitted decode
-loop over a static KV cache.
+"""Batched generation for our NNX Qwen3 and Qwen3.5: one prefill of the left-padded batch, then a
+jitted decode loop over a static cache (KV caches; for Qwen3.5 also the fixed-size Gated DeltaNet
+states of its linear-attention layers, which the prefill leaves exactly as the unpadded row would).
 
 Shapes are bucketed (batch, prompt width, new tokens and cache length to powers of two) so jit
 compiles once per bucket, not per request. Decoding runs in chunks of `decode_chunk` steps inside a
@@ -24,7 +25,7 @@ from flax import nnx
 from hljax import sharding as shd
 from hljax.generate.sampling import row_keys, sample
 from hljax.generate.types import FinishReason, SamplingParams
-from hljax.models.qwen3 import LayerCache, Qwen3, init_cache
+from hljax.models import registry
 
 _NO_STOP = -1
 
@@ -61,7 +62,7 @@ class RequestError(ValueError):
 
 @flax.struct.dataclass
 class DecodeState:
-    cache: list[LayerCache]
+    cache: list  # Per layer: qwen3.LayerCache (KV) or qwen3_5.LinearCache (conv + delta-rule state)
     last: jax.Array  # [B] int32: the token fed at the next step
     step: jax.Array  # [] int32: tokens generated so far
     tokens: jax.Array  # [B, M] int32
@@ -135,9 +136,9 @@ def _decode_chunk(graphdef, params, st: DecodeState, width: int, n_steps: int) -
 
 
 class Engine:
-    """Generates for a batch of token-id requests with our JAX Qwen3 on a mesh."""
+    """Generates for a batch of token-id requests with our JAX Qwen3 / Qwen3.5 on a mesh."""
 
-    def __init__(self, model: Qwen3, mesh: jax.sharding.Mesh, config: EngineConfig = EngineConfig(), tokenizer=None):
+    def __init__(self, model: registry.Model, mesh: jax.sharding.Mesh, config: EngineConfig = EngineConfig(), tokenizer=None):
         self.config = config
         self.mesh = mesh
         self.tokenizer = tokenizer
@@ -146,7 +147,7 @@ class Engine:
         self.set_model(model)
         self._rng = np.random.default_rng()
 
-    def set_model(self, model: Qwen3, weight_version: str | None = None) -> None:
+    def set_model(self, model: registry.Model, weight_version: str | None = None) -> None:
         """Swap weights atomically (a batch in flight finishes on the old ones); jit caches stay valid
         when the architecture is the same. weight_version=None keeps the current version label."""
         graphdef, params = nnx.split(model)
@@ -219,7 +220,7 @@ class Engine:
 
         with shd.use_mesh(self.mesh):
             st = DecodeState(
-                cache=init_cache(cfg, B, S),
+                cache=registry.init_cache(cfg, B, S),
                 last=jnp.zeros((B,), jnp.int32),
                 step=jnp.int32(0),
                 tokens=jnp.zeros((B, M), jnp.int32),

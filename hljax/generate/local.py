@@ -43,7 +43,9 @@ def load_engine_weights(engine: Engine, path: str, weight_version: str | None = 
     """Load an HF folder into `engine`; the architecture must not change. On any error the engine
     keeps serving its old weights."""
     old = engine.model_config
-    model = hf.load_hf(path, engine.mesh, dtype=old.dtype, param_dtype=old.param_dtype)
+    # The chunk size is ours, not the checkpoint's: keep the served one.
+    model = hf.load_hf(path, engine.mesh, dtype=old.dtype, param_dtype=old.param_dtype,
+                       linear_chunk_size=old.linear_chunk_size)
     if model.cfg != old:
         diff = [k for k in old.__dataclass_fields__ if getattr(old, k) != getattr(model.cfg, k)]
         raise ValueError(f"{path}: architecture differs from the served model in {diff}")

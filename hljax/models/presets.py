@@ -8,11 +8,12 @@ import transformers
 
 from hljax import sharding as shd
 from hljax.checkpoint import hf
-from hljax.models import qwen3
+from hljax.models import registry
 from hljax.models.config import ModelConfig
 
 TOKENIZER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "tokenizer")
-PRESETS = {"tiny": ModelConfig.tiny, "qwen3-0.6b": ModelConfig.qwen3_0p6b, "qwen3-4b": ModelConfig.qwen3_4b}
+PRESETS = {"tiny": ModelConfig.tiny, "qwen3-0.6b": ModelConfig.qwen3_0p6b, "qwen3-4b": ModelConfig.qwen3_4b,
+           "qwen3.5-4b": ModelConfig.qwen3_5_4b}
 
 
 def init_model(preset: str, out: str, seed: int = 0) -> str:
@@ -27,6 +28,6 @@ def init_model(preset: str, out: str, seed: int = 0) -> str:
                                pad_token_id=ids("<|endoftext|>"))
     else:
         cfg = PRESETS[preset]()
-    model = qwen3.create(cfg, shd.make_mesh(), seed=seed)
+    model = registry.create(cfg, shd.make_mesh(), seed=seed)
     # The bundled tokenizer only fits the tiny vocabulary; real presets take their own tokenizer.
     return hf.save_hf(model, out, dtype="float32", source_dir=TOKENIZER_DIR if preset == "tiny" else None)
