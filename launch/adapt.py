@@ -7,13 +7,12 @@ Writes, under run_dir, every round's harness, edit, validity, scores and report,
 of the harness kept after each round, results tables, a score-vs-round plot and HTML reports.
 """
 
-import logging
-
 from absl import app, flags
 from ml_collections import config_flags
 
 from hljax.loop.evaluate import run
 from hljax.loop.run_config import ConfigError, EvalRunConfig
+from launch.common import print_results, setup_logging
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Adaptation config (configs/adapt_*.py).",
                                           lock_config=True)
@@ -21,20 +20,13 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Adaptation config (co
 
 def main(argv):
     del argv
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("absl", "jax", "orbax", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    setup_logging()
     cfg = EvalRunConfig.from_config(_CONFIG.value)
     if cfg.evaluation.protocol != "rounds":
         raise ConfigError("launch.adapt runs revision rounds: evaluation.protocol must be 'rounds' "
                           "(use launch.evaluate for the single-revision protocol)")
     summary = run(cfg)
-    if summary:
-        print("\n== adaptation finished ==")
-        with open(summary["results_md"]) as f:
-            print(f.read())
-        for key, value in summary.items():
-            print(f"{key:>12}: {value}")
+    print_results("adaptation finished", summary)
 
 
 if __name__ == "__main__":

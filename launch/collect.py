@@ -5,12 +5,11 @@
 Rerunning the same command resumes: rows already written are skipped (see hljax/data/collect.py).
 """
 
-import logging
-
 from absl import app, flags
 from ml_collections import config_flags
 
 from hljax.data.collect import CollectConfig, Collector, format_summary
+from launch.common import setup_logging
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Collector config file (configs/collect_*.py).",
                                           lock_config=True)
@@ -18,9 +17,7 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Collector config file
 
 def main(argv):
     del argv
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("absl", "jax", "orbax", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    setup_logging()
     cfg = CollectConfig.from_config(_CONFIG.value)
     with Collector(cfg) as collector:
         summary = collector.run()

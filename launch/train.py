@@ -7,7 +7,6 @@ the JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID variables; docs
 Rerunning it on a run_dir with checkpoints resumes from the latest one.
 """
 
-import logging
 import sys
 
 from absl import app, flags
@@ -15,6 +14,7 @@ from ml_collections import config_flags
 
 from hljax import distributed as dist
 from hljax.rl.run_config import RunConfig
+from launch.common import setup_logging
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).", lock_config=True)
 
@@ -23,13 +23,11 @@ def main(argv):
     del argv
     cfg = RunConfig.from_config(_CONFIG.value)
     multi = dist.initialize(cfg.distributed)  # First, before any JAX device exists.
-    # Imported after initialize: the trainer's imports include bm25s, which runs JAX at import time.
+    # Imported after initialize, so that nothing it imports can touch a JAX device first.
     from hljax.rl.trainer import Preempted, Trainer
 
     tag = f"[p{dist.process_index()}/{dist.process_count()}] " if multi else ""
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s")
-    for noisy in ("absl", "jax", "orbax", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    setup_logging(tag)
     try:
         summary = Trainer(cfg).run()
     except Preempted as e:
