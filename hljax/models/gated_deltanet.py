@@ -96,10 +96,13 @@ def chunked(q, k, v, g, beta, state, chunk_size: int):
     # (I + strictly_lower(A)) u = v beta and likewise w: the UT transform of L rank-one updates.
     A = jnp.where(lower & ~jnp.eye(L, dtype=bool), jnp.einsum("...ik,...jk->...ij", k_beta, k) * decay, 0.0)
     system = A + jnp.eye(L, dtype=A.dtype)
-    solve = lambda b: jax.lax.linalg.triangular_solve(  # noqa: E731
-        system, b, left_side=True, lower=True, unit_diagonal=True)
-    u = solve(v * beta[..., None])  # [N, B, H, L, Dv]
-    w = solve(k_beta * jnp.exp(cum)[..., None])  # [N, B, H, L, Dk]
+    # One solve for both right-hand sides. Two independent solves can deadlock XLA's CPU runtime: each
+    # LAPACK trsm call blocks a pool thread while it waits for its batch tasks on that same pool, and
+    # on 2 cores two of them in flight leave no thread to run those tasks (seen as a 0%-CPU hang of a
+    # Qwen3.5-0.8B-shaped prefill; gdb showed both tf_XLAEigen threads in ParallelBatchMap).
+    rhs = jnp.concatenate([v * beta[..., None], k_beta * jnp.exp(cum)[..., None]], axis=-1)
+    uw = jax.lax.linalg.triangular_solve(system, rhs, left_side=True, lower=True, unit_diagonal=True)
+    u, w = uw[..., :Dv], uw[..., Dv:]  # [N, B, H, L, Dv], [N, B, H, L, Dk]
     intra = jnp.einsum("...ik,...jk->...ij", q, k) * decay  # [N, B, H, L, L], diagonal included
     q_decayed = q * jnp.exp(cum)[..., None]
     k_to_end = k * jnp.exp(cum[..., -1:] - cum)[..., None]  # each key decayed to the chunk's end
