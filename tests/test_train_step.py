@@ -169,3 +169,19 @@ def test_remat_gives_the_same_gradients(tiny_untied):
     for a, b in zip(*grads):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
     assert optax.tree.norm(grads[0]) > 0
+
+
+def test_remat_train_step_equals_plain(tiny_untied):
+    """The real configs train with remat: the jitted step (model merged under value_and_grad) must run with it."""
+    mesh = shd.single_device_mesh()
+    cfg = LossConfig(beta=0.04, logprob_chunk=8)
+    out = []
+    for remat in (False, True):
+        model = hf.load_hf(tiny_untied, mesh, remat=remat)
+        with shd.use_mesh(mesh):
+            opt = nnx.Optimizer(model, SGD, wrt=nnx.Param)
+        out.append((_step(model, opt, _batch(2), cfg, mesh), _params(model)))
+    (m0, p0), (m1, p1) = out
+    np.testing.assert_allclose(m1["loss"], m0["loss"], rtol=1e-5)
+    for k in p0:
+        np.testing.assert_allclose(p1[k], p0[k], atol=1e-5, err_msg=k)

@@ -203,10 +203,8 @@ class Qwen3(nnx.Module):
         new_caches = []
         for i, layer in enumerate(self.layers):
             cache = None if caches is None else caches[i]
-            if cfg.remat:
-                x, cache = nnx.remat(lambda l, *a: l(*a))(layer, x, cos, sin, mask, cache, cache_index)
-            else:
-                x, cache = layer(x, cos, sin, mask, cache, cache_index)
+            call = remat_call if cfg.remat else (lambda l, *a: l(*a))
+            x, cache = call(layer, x, cos, sin, mask, cache, cache_index)
             new_caches.append(cache)
         return self.final_norm(x), new_caches
 
@@ -217,6 +215,16 @@ class Qwen3(nnx.Module):
     def logits(self, h: jax.Array) -> jax.Array:
         """h: [B, T, D] -> logits [B, T, V] in fp32."""
         return project(h, self.head_weight(), vocab_major=self.cfg.tie_word_embeddings)
+
+
+def remat_call(layer: nnx.Module, *args):
+    """layer(*args), its activations recomputed in the backward pass.
+
+    A pure split/merge around `jax.checkpoint` rather than `nnx.remat`: nnx.remat writes the layer's
+    state back to its Variables, which fails when the model was itself merged inside a JAX transform
+    (the train step merges it under `jax.value_and_grad` and `jax.eval_shape`)."""
+    graphdef, state = nnx.split(layer)
+    return jax.checkpoint(lambda st, *a: nnx.merge(graphdef, st)(*a))(state, *args)
 
 
 def project(h: jax.Array, w: jax.Array, vocab_major: bool) -> jax.Array:

@@ -28,7 +28,7 @@ from flax import nnx
 from hljax import sharding as shd
 from hljax.models import gated_deltanet as gdn
 from hljax.models.config import ModelConfig
-from hljax.models.qwen3 import _MASKED, MLP, LayerCache, _normal, _ones, _param, _zeros, project
+from hljax.models.qwen3 import _MASKED, MLP, LayerCache, _normal, _ones, _param, _zeros, project, remat_call
 from hljax.models.rope import apply_rope, cos_sin, inv_frequencies
 
 
@@ -268,10 +268,8 @@ class Qwen3_5(nnx.Module):
         new_caches = []
         for i, layer in enumerate(self.layers):
             cache = None if caches is None else caches[i]
-            if cfg.remat:
-                x, cache = nnx.remat(lambda l, *a: l(*a))(layer, x, cos, sin, mask, valid, cache, cache_index)
-            else:
-                x, cache = layer(x, cos, sin, mask, valid, cache, cache_index)
+            call = remat_call if cfg.remat else (lambda l, *a: l(*a))
+            x, cache = call(layer, x, cos, sin, mask, valid, cache, cache_index)
             new_caches.append(cache)
         return self.final_norm(x), new_caches
 
