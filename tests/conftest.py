@@ -1,11 +1,20 @@
 """Shared fixtures. 8 forced CPU devices so sharding tests run anywhere; single-device tests use a 1x1x1 mesh."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 # Must precede the first jax import anywhere in the test process.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One XLA compilation cache per test session, inherited by the subprocesses the end-to-end tests start
+# (they compile the same tiny programs again and again). Fresh each session: nothing carries between runs.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="hljax-test-xla-cache-")
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], True)
 
 import pytest  # noqa: E402
 

@@ -50,10 +50,10 @@ def test_train_path_logprobs_match_transformers(tiny_text):
     np.testing.assert_allclose(got[:, :-1][real], want.numpy()[real], atol=1e-4)
 
 
-@pytest.mark.parametrize("remat", [False, True])
-def test_one_sft_step_equals_torch_sgd_on_every_weight(tiny_text, tmp_path, remat):
-    """Our SFT gradient step, exported to HF, equals torch SGD on transformers' model: every tensor, including
-    the Gated DeltaNet decay (A_log), time-step bias, causal conv and gates."""
+def test_one_sft_step_equals_torch_sgd_on_every_weight(tiny_text, tmp_path):
+    """Our SFT gradient step (with remat, as the real configs train), exported to HF, equals torch SGD on
+    transformers' model: every tensor, including the Gated DeltaNet decay (A_log), time-step bias, causal conv
+    and gates. Remat recomputes, it does not change the maths, so this also covers the plain step."""
     seqs = pack(PROMPTS, COMPLETIONS, L)
     ref = tq.causal_lm(tiny_text).train()
     logp, mask = _completion_ce(ref, seqs)
@@ -65,7 +65,7 @@ def test_one_sft_step_equals_torch_sgd_on_every_weight(tiny_text, tmp_path, rema
     want = {k: v.numpy() for k, v in ref.state_dict().items()}
 
     mesh = shd.single_device_mesh()
-    model = hf.load_hf(tiny_text, mesh, linear_chunk_size=16, remat=remat)
+    model = hf.load_hf(tiny_text, mesh, linear_chunk_size=16, remat=True)
     with shd.use_mesh(mesh):
         opt = nnx.Optimizer(model, optax.sgd(LR), wrt=nnx.Param)
         m = lambda x: split_micro(np.asarray(x), 2)  # noqa: E731

@@ -13,7 +13,6 @@ from hljax import sharding as shd
 from hljax.checkpoint import hf
 from hljax.rl.batching import pack, split_micro
 from hljax.rl.config import LossConfig, OptimConfig
-from hljax.rl.logprobs import sequence_logprobs
 from hljax.rl.train_step import TrainBatch, batch_sharding, make_optimizer, sequence_logprobs_jit, train_step
 
 L = 32
@@ -152,27 +151,9 @@ def test_sft_loss_is_completion_cross_entropy_and_decreases(tiny_untied):
     assert losses[-1] < losses[0] - 0.5, losses
 
 
-def test_remat_gives_the_same_gradients(tiny_untied):
-    mesh = shd.single_device_mesh()
-    seqs = jax.tree.map(jnp.asarray, pack(PROMPTS, COMPLETIONS, L))
-    grads = []
-    for remat in (False, True):
-        model = hf.load_hf(tiny_untied, mesh, remat=remat)
-
-        def loss(m):
-            lp, _ = sequence_logprobs(m, seqs, chunk=8)
-            return (lp * seqs.loss_mask).sum()
-
-        with shd.use_mesh(mesh):
-            g = nnx.grad(loss)(model)
-        grads.append(jax.tree.leaves(nnx.state(g)))
-    for a, b in zip(*grads):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-    assert optax.tree.norm(grads[0]) > 0
-
-
 def test_remat_train_step_equals_plain(tiny_untied):
-    """The real configs train with remat: the jitted step (model merged under value_and_grad) must run with it."""
+    """The real configs train with remat: the jitted step (the model merged under value_and_grad) runs with it
+    and gives the same loss and update."""
     mesh = shd.single_device_mesh()
     cfg = LossConfig(beta=0.04, logprob_chunk=8)
     out = []
