@@ -5,11 +5,11 @@ hljax/data/collect.py (CollectConfig, TeacherSpec) and hljax/harness/filters.py 
 
     # The teacher: any OpenAI-compatible endpoint (SGLang, vLLM, ...), e.g.
     python -m sglang.launch_server --model-path /models/TEACHER --port 30001
-    # The solver (the paper: Qwen3.5-4B; Qwen3-4B until that lands):
-    python -m sglang.launch_server --model-path /models/Qwen3-4B --port 30000
+    # The solver (the paper: Qwen3.5-4B):
+    python -m sglang.launch_server --model-path /models/Qwen3.5-4B --port 30000
     python -m launch.collect --config configs/collect_rg.py \
         --config.teacher.url=http://localhost:30001 --config.teacher.model=TEACHER \
-        --config.solver.url=http://localhost:30000 --config.solver.path=/models/Qwen3-4B
+        --config.solver.url=http://localhost:30000 --config.solver.path=/models/Qwen3.5-4B
 
 Then `python -m launch.train --config configs/rg_sft.py --config.sft.data=data/rg_teacher.jsonl`.
 """

@@ -2,9 +2,9 @@
 from the SFT checkpoint). Rollouts and the solver come from SGLang servers:
 
     python -m sglang.launch_server --model-path runs/rg_sft/export --port 30000   # proposer (weights synced)
-    python -m sglang.launch_server --model-path /models/Qwen3-4B --port 30001     # frozen solver
+    python -m sglang.launch_server --model-path /models/Qwen3.5-4B --port 30001   # frozen solver
     python -m launch.train --config configs/rg_grpo.py --config.model.path=runs/rg_sft/export \
-        --config.solver.path=/models/Qwen3-4B
+        --config.solver.path=/models/Qwen3.5-4B
 """
 
 from configs import base

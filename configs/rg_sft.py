@@ -1,7 +1,7 @@
-"""Reasoning Gym SFT of the proposer on teacher revisions (paper: Qwen3.5-4B; Qwen3-4B until the
-Qwen3.5 issue lands). Data: the teacher collector's JSONL over the 21 SFT families.
+"""Reasoning Gym SFT of the proposer on teacher revisions (the paper's
+Qwen3.5-4B; any HF Qwen3 or Qwen3.5 folder works). Data: the teacher collector's JSONL over the 21 SFT families.
 
-    python -m launch.train --config configs/rg_sft.py --config.model.path=/models/Qwen3-4B \
+    python -m launch.train --config configs/rg_sft.py --config.model.path=/models/Qwen3.5-4B \
         --config.sft.data=data/rg_teacher.jsonl
 """
 
@@ -12,7 +12,7 @@ def get_config():
     c = base.get_config()
     c.mode = "sft"
     c.run_dir = "runs/rg_sft"
-    c.model.path = ""  # Required: an HF Qwen3 folder (e.g. Qwen/Qwen3-4B downloaded by you).
+    c.model.path = ""  # Required: an HF Qwen3 or Qwen3.5 folder (e.g. Qwen/Qwen3.5-4B downloaded by you).
     c.model.preset = ""
     c.model.dtype = "bfloat16"
     c.model.param_dtype = "float32"
