@@ -172,3 +172,13 @@ def test_unsupported_config_values_are_named(tiny_vlm, tmp_path):
         path = _edit_config(tiny_vlm, tmp_path / str(n), edit)
         with pytest.raises(ConfigError, match=r"config\.json: .*" + pattern):
             hf.load_hf(path)
+
+
+@pytest.mark.parametrize("L", [1, 3, 7, 16, 64])
+def test_unit_lower_inverse_equals_numpy(L):
+    """The chunked form's matmul-only triangular inverse (no LAPACK call: see gated_deltanet.chunked)."""
+    rng = np.random.default_rng(L)
+    A = np.tril(rng.uniform(-0.5, 0.5, (2, 3, L, L)), -1).astype(np.float32)
+    want = np.linalg.inv(np.eye(L) + A.astype(np.float64))
+    got = np.asarray(gdn.unit_lower_inverse(jnp.asarray(A)))
+    np.testing.assert_allclose(got, want, atol=1e-5 * max(1.0, np.abs(want).max()), rtol=0)

@@ -144,3 +144,19 @@ def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tmp_path):
     for a, b in zip(reference[kill_after + 1 :], resumed[kill_after + 1 :]):
         for key in ("loss", "reward/mean", "valid_rate", "entropy", "completion_len"):
             np.testing.assert_allclose(b[key], a[key], rtol=1e-4, atol=1e-6, err_msg=f"step {a['step']} {key}")
+
+
+@pytest.mark.slow
+def test_qwen3_5_proposer_trains_end_to_end(tmp_path):
+    """The paper's proposer architecture through the whole trainer: SFT, then GRPO with our engine serving
+    Qwen3.5 (recurrent decode) while the train step runs the chunked form; they must agree on every
+    sampled token's log-prob, and the export must load in transformers as Qwen3.5."""
+    run = str(tmp_path / "q35")
+    _train(run, "--config.model.preset=tiny-qwen3.5", "--config.sft.steps=3", "--config.grpo.steps=2",
+           "--config.sft.eval_rows=2", "--config.log.plots=False")
+    rows = _metrics(run)
+    assert [r["stage"] for r in rows] == ["sft"] * 3 + ["grpo"] * 2
+    assert all(r["sampler_logprob_gap"] < 1e-3 for r in rows[3:]), [r["sampler_logprob_gap"] for r in rows[3:]]
+    assert rows[-1]["completion_tokens"] > 0
+    model = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(run, "export"))
+    assert model.config.model_type.startswith("qwen3_5") and "linear_attention" in model.config.layer_types

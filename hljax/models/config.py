@@ -129,6 +129,17 @@ class ModelConfig:
         return cls(**{**args, **overrides})
 
     @classmethod
+    def tiny_qwen3_5(cls, vocab_size: int, **overrides) -> ModelConfig:
+        """The embedded default's size in the hybrid architecture: one Gated DeltaNet layer, then one
+        gated full-attention layer."""
+        args = dict(
+            model_type="qwen3_5_text", layer_types=("linear_attention", "full_attention"), head_dim=64,
+            rope=RopeConfig(theta=10000.0, partial_rotary_factor=0.25), linear_num_key_heads=2,
+            linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32,
+        )
+        return cls.tiny(vocab_size, **{**args, **overrides})
+
+    @classmethod
     def qwen3_0p6b(cls, **overrides) -> ModelConfig:
         """Qwen3-0.6B's shape (HF Qwen/Qwen3-0.6B config.json)."""
         args = dict(

@@ -7,7 +7,7 @@ Dk / Dv key / value head dim, N number of chunks, L chunk length.
 The recurrence, per value head, with state S [Dk, Dv], decay a_t = exp(g_t) and rate beta_t:
     S_t = a_t S_{t-1} + beta_t k_t (v_t - a_t S_{t-1}^T k_t)^T        o_t = S_t^T q_t
 The chunked form computes the same thing L tokens at a time (the WY / UT-transform trick: one
-triangular solve per chunk turns L rank-one updates into matmuls), so the two agree to rounding.
+triangular inverse per chunk turns L rank-one updates into matmuls), so the two agree to rounding.
 Both take q and k already L2-normalised, q scaled by Dk^-0.5 and repeated to Hv heads
 (`prepare_qk`), and compute in fp32 whatever the input dtype, as transformers' reference does.
 """
@@ -71,6 +71,30 @@ def recurrent(q, k, v, g, beta, state):
     return jnp.moveaxis(o, 0, 1), S
 
 
+def unit_lower_inverse(A: jax.Array) -> jax.Array:
+    """A: [..., L, L] strictly lower triangular -> (I + A)^-1 [..., L, L].
+
+    Blocked inversion by doubling (as LAPACK's trtri): from the inverses X11, X22 of two diagonal blocks,
+    the inverse of [[L11, 0], [L21, L22]] is [[X11, 0], [-X22 L21 X11, X22]]. log2(L) levels of batched
+    matmuls; L is padded to a power of two with an identity block, whose inverse is itself."""
+    L = A.shape[-1]
+    n = 1 << (L - 1).bit_length()
+    batch = A.shape[:-2]
+    A = jnp.pad(A, [(0, 0)] * len(batch) + [(0, n - L), (0, n - L)])
+    inv = jnp.ones(batch + (n, 1, 1), A.dtype)  # the n unit 1 x 1 diagonal blocks
+    b = 1
+    while b < n:
+        m = n // (2 * b)
+        diag = jnp.moveaxis(jnp.diagonal(A.reshape(batch + (m, 2 * b, m, 2 * b)), axis1=-4, axis2=-2), -1, -3)
+        x = inv.reshape(batch + (m, 2, b, b))
+        x11, x22 = x[..., 0, :, :], x[..., 1, :, :]
+        x21 = -(x22 @ diag[..., b:, :b] @ x11)
+        top = jnp.concatenate([x11, jnp.zeros_like(x11)], axis=-1)
+        inv = jnp.concatenate([top, jnp.concatenate([x21, x22], axis=-1)], axis=-2)  # [..., m, 2b, 2b]
+        b *= 2
+    return inv.reshape(batch + (n, n))[..., :L, :L]
+
+
 def chunked(q, k, v, g, beta, state, chunk_size: int):
     """The same rule, `chunk_size` tokens per step of a scan over chunks. Same arguments and results as
     `recurrent`; T need not divide by chunk_size (the tail is zero-padded: g = beta = k = 0 leaves the
@@ -95,13 +119,12 @@ def chunked(q, k, v, g, beta, state, chunk_size: int):
     k_beta = k * beta[..., None]
     # (I + strictly_lower(A)) u = v beta and likewise w: the UT transform of L rank-one updates.
     A = jnp.where(lower & ~jnp.eye(L, dtype=bool), jnp.einsum("...ik,...jk->...ij", k_beta, k) * decay, 0.0)
-    system = A + jnp.eye(L, dtype=A.dtype)
-    # One solve for both right-hand sides. Two independent solves can deadlock XLA's CPU runtime: each
-    # LAPACK trsm call blocks a pool thread while it waits for its batch tasks on that same pool, and
-    # on 2 cores two of them in flight leave no thread to run those tasks (seen as a 0%-CPU hang of a
-    # Qwen3.5-0.8B-shaped prefill; gdb showed both tf_XLAEigen threads in ParallelBatchMap).
+    # An explicit inverse from matmuls rather than LAPACK's trsm: on XLA's CPU runtime each batched trsm
+    # blocks a pool thread while it waits for its own tasks on that same pool, so two in flight at once
+    # (the forward solve beside a backward one in a train step, or two right-hand sides) deadlock a
+    # 2-thread pool: a 0%-CPU hang, gdb showing every tf_XLAEigen thread in ParallelBatchMap.
     rhs = jnp.concatenate([v * beta[..., None], k_beta * jnp.exp(cum)[..., None]], axis=-1)
-    uw = jax.lax.linalg.triangular_solve(system, rhs, left_side=True, lower=True, unit_diagonal=True)
+    uw = unit_lower_inverse(A) @ rhs
     u, w = uw[..., :Dv], uw[..., Dv:]  # [N, B, H, L, Dv], [N, B, H, L, Dk]
     intra = jnp.einsum("...ik,...jk->...ij", q, k) * decay  # [N, B, H, L, L], diagonal included
     q_decayed = q * jnp.exp(cum)[..., None]

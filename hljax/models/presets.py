@@ -12,8 +12,8 @@ from hljax.models import registry
 from hljax.models.config import ModelConfig
 
 TOKENIZER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "tokenizer")
-PRESETS = {"tiny": ModelConfig.tiny, "qwen3-0.6b": ModelConfig.qwen3_0p6b, "qwen3-4b": ModelConfig.qwen3_4b,
-           "qwen3.5-4b": ModelConfig.qwen3_5_4b}
+PRESETS = {"tiny": ModelConfig.tiny, "tiny-qwen3.5": ModelConfig.tiny_qwen3_5, "qwen3-0.6b": ModelConfig.qwen3_0p6b,
+           "qwen3-4b": ModelConfig.qwen3_4b, "qwen3.5-4b": ModelConfig.qwen3_5_4b}
 
 
 def init_model(preset: str, out: str, seed: int = 0) -> str:
@@ -21,13 +21,13 @@ def init_model(preset: str, out: str, seed: int = 0) -> str:
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     tokenizer = transformers.AutoTokenizer.from_pretrained(TOKENIZER_DIR)
-    if preset == "tiny":
+    if preset.startswith("tiny"):
         vocab = -(-len(tokenizer) // 64) * 64  # Round up: friendlier matmul shapes.
         ids = tokenizer.convert_tokens_to_ids
-        cfg = ModelConfig.tiny(vocab, eos_token_ids=(ids("<|im_end|>"), ids("<|endoftext|>")),
-                               pad_token_id=ids("<|endoftext|>"))
+        cfg = PRESETS[preset](vocab, eos_token_ids=(ids("<|im_end|>"), ids("<|endoftext|>")),
+                              pad_token_id=ids("<|endoftext|>"))
     else:
         cfg = PRESETS[preset]()
     model = registry.create(cfg, shd.make_mesh(), seed=seed)
     # The bundled tokenizer only fits the tiny vocabulary; real presets take their own tokenizer.
-    return hf.save_hf(model, out, dtype="float32", source_dir=TOKENIZER_DIR if preset == "tiny" else None)
+    return hf.save_hf(model, out, dtype="float32", source_dir=TOKENIZER_DIR if preset.startswith("tiny") else None)
