@@ -265,10 +265,10 @@ class Qwen3_5(nnx.Module):
         x = jnp.take(self.embed[...], tokens, axis=0).astype(cfg.dtype)
         x = shd.constrain(x, (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_EMBED))
         cos, sin = cos_sin(positions, np.asarray(self.inv_freq, np.float32), self.rope_scaling, cfg.dtype)
+        call = remat_call if cfg.remat else (lambda l, *a: l(*a))
         new_caches = []
         for i, layer in enumerate(self.layers):
             cache = None if caches is None else caches[i]
-            call = remat_call if cfg.remat else (lambda l, *a: l(*a))
             x, cache = call(layer, x, cos, sin, mask, valid, cache, cache_index)
             new_caches.append(cache)
         return self.final_norm(x), new_caches
