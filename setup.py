@@ -41,7 +41,7 @@ setup(
     description="Harness learning: train a proposer LLM to rewrite agent harnesses, in JAX/Flax NNX.",
     python_requires=">=3.10",
     packages=find_packages(include=["hljax", "hljax.*", "sandbox", "sandbox.*", "launch", "launch.*"]),
-    package_data={"hljax": ["assets/tokenizer/*"]},
+    package_data={"hljax": ["assets/tokenizer/*", "kernels/*.cc"]},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
 )

@@ -5,8 +5,10 @@
 Sizes prefixed `q35-` are Qwen3.5 (hybrid Gated DeltaNet / gated attention, 3 linear layers per full
 one); transformers runs them on its torch fallbacks (no flash-linear-attention kernels on CPU).
 
-Prints tokens/s for both, their ratio, and our decode steps/s as a fraction of the memory-bandwidth
-roofline (weight bytes read per step / numpy copy bandwidth measured in this run).
+Prints, for both: end-to-end tokens/s (prefill + decode) and decode tokens/s (a run's time minus the
+time of a 1-token run on the same prompts, i.e. without the prefill), the ratios of both, and our
+decode steps/s as a fraction of the memory-bandwidth roofline (weight bytes read per step / numpy
+copy bandwidth measured in this run). `--cpu-kernels off` measures our engine on XLA's dot alone.
 """
 
 import argparse
@@ -68,7 +70,7 @@ def _timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def bench(size: str, batches, prompt_len: int, new: int, bandwidth: float):
+def bench(size: str, batches, prompt_len: int, new: int, bandwidth: float, cpu_kernels: str):
     ref = reference_model(size)
     cfg = ref.config
     n_params = sum(p.numel() for p in ref.parameters())
@@ -76,7 +78,9 @@ def bench(size: str, batches, prompt_len: int, new: int, bandwidth: float):
     with tempfile.TemporaryDirectory() as d:
         ref.save_pretrained(d)
         mesh = shd.make_mesh()
-        engine = Engine(hf.load_hf(d, mesh), mesh, EngineConfig(max_batch=max(batches), max_seq_len=prompt_len + new))
+        engine = Engine(hf.load_hf(d, mesh), mesh, EngineConfig(max_batch=max(batches), max_seq_len=prompt_len + new,
+                                                                 cpu_kernels=cpu_kernels))
+    print(f"{size}: our decode matmuls: {'hljax CPU kernels' if engine.kernels else 'XLA dot'}", flush=True)
     rng = np.random.default_rng(0)
     for B in batches:
         prompts = rng.integers(0, cfg.vocab_size, (B, prompt_len))
@@ -90,16 +94,21 @@ def bench(size: str, batches, prompt_len: int, new: int, bandwidth: float):
         steps_per_s = (new - 1) / max(ours - prefill, 1e-9)
 
         ids = torch.from_numpy(prompts)
-        kw = dict(attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new, min_new_tokens=new,
-                  pad_token_id=0)
+        kw = dict(attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=0)
         with torch.no_grad():
-            ref.generate(ids, **kw)
-            theirs = min(_timed(lambda: ref.generate(ids, **kw)) for _ in range(2))
+            run = lambda n: ref.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)  # noqa: E731
+            run(new)
+            theirs = min(_timed(lambda: run(new)) for _ in range(2))
+            their_prefill = min(_timed(lambda: run(1)) for _ in range(2))
+        their_steps = (new - 1) / max(theirs - their_prefill, 1e-9)
         roofline = bandwidth / weight_bytes
-        print(f"{size:>9} B={B}: ours {B * new / ours:8.1f} tok/s | transformers {B * new / theirs:8.1f} tok/s | "
-              f"ratio {theirs / ours:5.2f}x | decode {steps_per_s:6.2f} steps/s = "
-              f"{steps_per_s / roofline:5.1%} of roofline ({roofline:.2f} steps/s at {bandwidth / 1e9:.1f} GB/s, "
-              f"{weight_bytes / 1e9:.2f} GB fp32 weights)", flush=True)
+        print(f"{size:>9} B={B}: end-to-end ours {B * new / ours:8.1f} tok/s | transformers {B * new / theirs:8.1f} tok/s | "
+              f"ratio {theirs / ours:5.2f}x", flush=True)
+        print(f"{size:>9} B={B}: decode     ours {B * steps_per_s:8.1f} tok/s | transformers {B * their_steps:8.1f} tok/s | "
+              f"ratio {steps_per_s / their_steps:5.2f}x | prefill ours {prefill:.2f} s, transformers "
+              f"{their_prefill:.2f} s | our decode {steps_per_s:6.2f} steps/s = {steps_per_s / roofline:5.1%} of roofline "
+              f"({roofline:.2f} steps/s at {bandwidth / 1e9:.1f} GB/s, {weight_bytes / 1e9:.2f} GB fp32 weights)",
+              flush=True)
 
 
 def main():
@@ -108,13 +117,14 @@ def main():
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--new", type=int, default=32)
+    parser.add_argument("--cpu-kernels", default="auto", choices=["auto", "on", "off"])
     args = parser.parse_args()
     torch.set_num_threads(os.cpu_count())
     bandwidth = copy_bandwidth()
     print(f"numpy copy bandwidth: {bandwidth / 1e9:.1f} GB/s; torch {torch.__version__}, "
           f"transformers {transformers.__version__}")
     for size in args.sizes.split(","):
-        bench(size, [int(b) for b in args.batches.split(",")], args.prompt, args.new, bandwidth)
+        bench(size, [int(b) for b in args.batches.split(",")], args.prompt, args.new, bandwidth, args.cpu_kernels)
 
 
 if __name__ == "__main__":

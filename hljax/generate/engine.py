@@ -10,8 +10,10 @@ strings, which need the tokenizer.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import logging
 import math
 import threading
 from typing import Callable, Sequence
@@ -25,7 +27,10 @@ from flax import nnx
 from hljax import sharding as shd
 from hljax.generate.sampling import row_keys, sample
 from hljax.generate.types import FinishReason, SamplingParams
-from hljax.models import registry
+from hljax.kernels import cpu_matmul
+from hljax.models import dense, registry
+
+log = logging.getLogger(__name__)
 
 _NO_STOP = -1
 
@@ -39,6 +44,14 @@ class EngineConfig:
     min_bucket: int = 16  # Smallest prompt-width / new-token bucket.
     decode_chunk: int = 16  # Decode steps per jitted call between host-side stop-string checks.
     max_stop_ids: int = 8  # Stop token ids per row (request's + the model's EOS ids).
+    # Decode steps through `hljax.kernels.cpu_matmul` (fp32, AVX-512, one CPU device): "auto" uses them
+    # when they can run here and logs why not otherwise, "on" raises if they cannot, "off" keeps
+    # XLA's dot. They keep a packed second copy of the projection weights.
+    cpu_kernels: str = "auto"
+
+    def __post_init__(self):
+        if self.cpu_kernels not in ("auto", "on", "off"):
+            raise ValueError(f"EngineConfig.cpu_kernels must be 'auto', 'on' or 'off', got {self.cpu_kernels!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,9 +117,15 @@ def _prefill(graphdef, params, st: DecodeState, tokens: jax.Array, positions: ja
     )
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3, 4), donate_argnums=(2,))
-def _decode_chunk(graphdef, params, st: DecodeState, width: int, n_steps: int) -> DecodeState:
+@functools.partial(jax.jit, static_argnums=(0, 4, 5), donate_argnums=(3,))
+def _decode_chunk(graphdef, params, packed, st: DecodeState, width: int, n_steps: int) -> DecodeState:
+    """packed: `dense.pack_state` of params for the CPU kernels, or {} for XLA's dot."""
     model = nnx.merge(graphdef, params)
+    with dense.use_packed(model, packed) if packed else contextlib.nullcontext():
+        return _decode_loop(model, st, width, n_steps)
+
+
+def _decode_loop(model, st: DecodeState, width: int, n_steps: int) -> DecodeState:
     M = st.tokens.shape[1]
 
     def cond(carry):
@@ -144,6 +163,7 @@ class Engine:
         self.tokenizer = tokenizer
         self._lock = threading.Lock()
         self.weight_version = "0"
+        self.kernels: bool | None = None  # Decode through hljax.kernels.cpu_matmul; set by the first model.
         self.set_model(model)
         self._rng = np.random.default_rng()
 
@@ -151,11 +171,34 @@ class Engine:
         """Swap weights atomically (a batch in flight finishes on the old ones); jit caches stay valid
         when the architecture is the same. weight_version=None keeps the current version label."""
         graphdef, params = nnx.split(model)
+        packed = dense.pack_state(params, "embed" if model.cfg.tie_word_embeddings else None) \
+            if self._use_kernels(params) else {}
         with self._lock:
             self.model_config = model.cfg
-            self._graphdef, self._params = graphdef, params
+            self._graphdef, self._params, self._packed = graphdef, params, packed
             if weight_version is not None:
                 self.weight_version = str(weight_version)
+
+    def _use_kernels(self, params) -> bool:
+        """Whether decode steps go through the CPU kernels; decided once per engine."""
+        if self.kernels is not None:
+            return self.kernels
+        mode = self.config.cpu_kernels
+        reason = None
+        if mode == "off":
+            reason = "EngineConfig.cpu_kernels='off'"
+        elif self.mesh.devices.size != 1:
+            reason = f"the mesh has {self.mesh.devices.size} devices (the kernels run on one)"
+        elif not any(dense.dense_in(v) is not None and v[...].dtype == jnp.float32
+                     for _, v in nnx.to_flat_state(params)):
+            reason = "the model has no fp32 projection weights"
+        else:
+            reason = cpu_matmul.availability()
+        if reason is not None and mode == "on":
+            raise cpu_matmul.KernelUnavailable(f"EngineConfig.cpu_kernels='on' but {reason}")
+        self.kernels = reason is None
+        log.info("engine decode matmuls: %s", "hljax CPU kernels" if self.kernels else f"XLA dot ({reason})")
+        return self.kernels
 
     def generate(self, requests: Sequence[Request]) -> list[Output]:
         """One Output per request, in request order."""
@@ -163,10 +206,10 @@ class Engine:
         order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
         outputs: list[Output | None] = [None] * len(requests)
         with self._lock:
-            graphdef, params = self._graphdef, self._params
+            graphdef, params, packed = self._graphdef, self._params, self._packed
         for start in range(0, len(order), self.config.max_batch):
             group = order[start : start + self.config.max_batch]
-            for i, out in zip(group, self._generate_batch(graphdef, params, [requests[i] for i in group])):
+            for i, out in zip(group, self._generate_batch(graphdef, params, packed, [requests[i] for i in group])):
                 outputs[i] = out
         return outputs
 
@@ -195,7 +238,7 @@ class Engine:
         b = max(_bucket(n, 1), shard)
         return -(-b // shard) * shard
 
-    def _generate_batch(self, graphdef, params, requests: list[Request]) -> list[Output]:
+    def _generate_batch(self, graphdef, params, packed, requests: list[Request]) -> list[Output]:
         cfg, ecfg = self.model_config, self.config
         n = len(requests)
         B = self._batch_size(n)
@@ -238,7 +281,7 @@ class Engine:
             st = _prefill(graphdef, params, st, jnp.asarray(tokens), jnp.asarray(positions))
             stop_strings = [r.sampling.stop for r in rows]
             while not bool(jnp.all(st.done)) and int(st.step) < M:
-                st = _decode_chunk(graphdef, params, st, width, ecfg.decode_chunk)
+                st = _decode_chunk(graphdef, params, packed, st, width, ecfg.decode_chunk)
                 if any(stop_strings) and self.tokenizer is not None:
                     st = st.replace(done=st.done | jnp.asarray(self._stop_string_hits(st, stop_strings)))
         toks, lps = np.asarray(st.tokens), np.asarray(st.logprobs)

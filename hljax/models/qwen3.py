@@ -15,14 +15,18 @@ import numpy as np
 
 from hljax import sharding as shd
 from hljax.models.config import ModelConfig
+from hljax.models.dense import dense, kernel_logits
 from hljax.models.rope import apply_rope, cos_sin, inv_frequencies
 
 # Finite so fully masked rows (left padding) give a uniform softmax instead of NaN.
 _MASKED = -1e30
 
 
-def _param(rngs: nnx.Rngs, init, shape: tuple[int, ...], names: tuple[str | None, ...], dtype) -> nnx.Param:
-    return nnx.Param(nnx.with_partitioning(init, names)(rngs.params(), shape, dtype))
+def _param(rngs: nnx.Rngs, init, shape: tuple[int, ...], names: tuple[str | None, ...], dtype,
+           dense_in: int | None = None) -> nnx.Param:
+    """dense_in: for a projection weight, how many leading dims `dense.dense` contracts."""
+    value = nnx.with_partitioning(init, names)(rngs.params(), shape, dtype)
+    return nnx.Param(value) if dense_in is None else nnx.Param(value, dense_in=dense_in)
 
 
 _normal = nnx.initializers.normal(0.02)
@@ -60,10 +64,10 @@ class RMSNorm(nnx.Module):
 class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         D, N, K, H, pd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.param_dtype
-        self.q_proj = _param(rngs, _normal, (D, N, H), (shd.EMBED, shd.HEADS, shd.HEAD_DIM), pd)
-        self.k_proj = _param(rngs, _normal, (D, K, H), (shd.EMBED, shd.KV_HEADS, shd.HEAD_DIM), pd)
-        self.v_proj = _param(rngs, _normal, (D, K, H), (shd.EMBED, shd.KV_HEADS, shd.HEAD_DIM), pd)
-        self.o_proj = _param(rngs, _normal, (N, H, D), (shd.HEADS, shd.HEAD_DIM, shd.EMBED), pd)
+        self.q_proj = _param(rngs, _normal, (D, N, H), (shd.EMBED, shd.HEADS, shd.HEAD_DIM), pd, dense_in=1)
+        self.k_proj = _param(rngs, _normal, (D, K, H), (shd.EMBED, shd.KV_HEADS, shd.HEAD_DIM), pd, dense_in=1)
+        self.v_proj = _param(rngs, _normal, (D, K, H), (shd.EMBED, shd.KV_HEADS, shd.HEAD_DIM), pd, dense_in=1)
+        self.o_proj = _param(rngs, _normal, (N, H, D), (shd.HEADS, shd.HEAD_DIM, shd.EMBED), pd, dense_in=2)
         if cfg.attention_bias:
             self.q_bias = _param(rngs, _zeros, (N, H), (shd.HEADS, shd.HEAD_DIM), pd)
             self.k_bias = _param(rngs, _zeros, (K, H), (shd.KV_HEADS, shd.HEAD_DIM), pd)
@@ -74,10 +78,8 @@ class Attention(nnx.Module):
         self.cfg = cfg
 
     def _proj(self, x, name):
-        """x: [B, T, D] -> [B, T, n, H] through the [D, n, H] weight viewed as a 2D matrix: XLA's CPU
-        dot is several times faster on [D, n*H] than on a dot with two output dimensions."""
-        w = getattr(self, name)[...]
-        y = (x @ w.reshape(w.shape[0], -1).astype(x.dtype)).reshape(*x.shape[:2], *w.shape[1:])
+        """x: [B, T, D] -> [B, T, n, H] through the [D, n, H] weight."""
+        y = dense(x, getattr(self, name))
         if self.cfg.attention_bias:
             y = y + getattr(self, name.replace("proj", "bias"))[...].astype(x.dtype)
         return y
@@ -110,7 +112,7 @@ class Attention(nnx.Module):
         probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
         out = jnp.einsum("BKGTS,BKSH->BKGTH", probs, v)  # [B, K, G, T, H]
         out = out.transpose(0, 3, 1, 2, 4).reshape(B, T, cfg.num_heads * cfg.head_dim)
-        y = out @ self.o_proj[...].reshape(-1, cfg.hidden_size).astype(x.dtype)
+        y = dense(out, self.o_proj)
         if cfg.attention_bias:
             y = y + self.o_bias[...].astype(x.dtype)
         return y, cache
@@ -119,16 +121,15 @@ class Attention(nnx.Module):
 class MLP(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         D, F, pd = cfg.hidden_size, cfg.intermediate_size, cfg.param_dtype
-        self.gate_proj = _param(rngs, _normal, (D, F), (shd.EMBED, shd.MLP), pd)
-        self.up_proj = _param(rngs, _normal, (D, F), (shd.EMBED, shd.MLP), pd)
-        self.down_proj = _param(rngs, _normal, (F, D), (shd.MLP, shd.EMBED), pd)
+        self.gate_proj = _param(rngs, _normal, (D, F), (shd.EMBED, shd.MLP), pd, dense_in=1)
+        self.up_proj = _param(rngs, _normal, (D, F), (shd.EMBED, shd.MLP), pd, dense_in=1)
+        self.down_proj = _param(rngs, _normal, (F, D), (shd.MLP, shd.EMBED), pd, dense_in=1)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         """x: [B, T, D] -> [B, T, D]; SwiGLU."""
-        gate = jnp.einsum("BTD,DF->BTF", x, self.gate_proj[...].astype(x.dtype))
-        up = jnp.einsum("BTD,DF->BTF", x, self.up_proj[...].astype(x.dtype))
+        gate, up = dense(x, self.gate_proj), dense(x, self.up_proj)
         h = shd.constrain(jax.nn.silu(gate) * up, (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_MLP))
-        return jnp.einsum("BTF,FD->BTD", h, self.down_proj[...].astype(x.dtype))
+        return dense(h, self.down_proj)
 
 
 class DecoderLayer(nnx.Module):
@@ -156,7 +157,7 @@ class Qwen3(nnx.Module):
         self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, names=(shd.NORM,), param_dtype=pd, rngs=rngs)
         if not cfg.tie_word_embeddings:
-            self.lm_head = _param(rngs, _normal, (cfg.hidden_size, cfg.vocab_size), (shd.EMBED, shd.VOCAB), pd)
+            self.lm_head = _param(rngs, _normal, (cfg.hidden_size, cfg.vocab_size), (shd.EMBED, shd.VOCAB), pd, dense_in=1)
         inv_freq, self.rope_scaling = inv_frequencies(cfg.rope, cfg.head_dim)
         self.inv_freq = tuple(inv_freq.tolist())  # Static: a hashable constant, not a parameter.
 
@@ -214,7 +215,7 @@ class Qwen3(nnx.Module):
 
     def logits(self, h: jax.Array) -> jax.Array:
         """h: [B, T, D] -> logits [B, T, V] in fp32."""
-        return project(h, self.head_weight(), vocab_major=self.cfg.tie_word_embeddings)
+        return logits(self, h)
 
 
 def remat_call(layer: nnx.Module, *args):
@@ -225,6 +226,15 @@ def remat_call(layer: nnx.Module, *args):
     (the train step merges it under `jax.value_and_grad` and `jax.eval_shape`)."""
     graphdef, state = nnx.split(layer)
     return jax.checkpoint(lambda st, *a: nnx.merge(graphdef, st)(*a))(state, *args)
+
+
+def logits(model, h: jax.Array) -> jax.Array:
+    """h: [B, T, D] -> fp32 logits [B, T, V] of a Qwen3 or Qwen3.5 model (CPU kernels in a packed trace)."""
+    tied = model.cfg.tie_word_embeddings
+    out = kernel_logits(h, model.embed if tied else model.lm_head)
+    if out is None:
+        return project(h, model.head_weight(), vocab_major=tied)
+    return shd.constrain(out, (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_VOCAB))
 
 
 def project(h: jax.Array, w: jax.Array, vocab_major: bool) -> jax.Array:

@@ -28,7 +28,8 @@ from flax import nnx
 from hljax import sharding as shd
 from hljax.models import gated_deltanet as gdn
 from hljax.models.config import ModelConfig
-from hljax.models.qwen3 import _MASKED, MLP, LayerCache, _normal, _ones, _param, _zeros, project, remat_call
+from hljax.models.dense import dense
+from hljax.models.qwen3 import _MASKED, MLP, LayerCache, _normal, _ones, _param, _zeros, logits, remat_call
 from hljax.models.rope import apply_rope, cos_sin, inv_frequencies
 
 
@@ -59,12 +60,6 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> list[L
 
 def _conv_dim(cfg: ModelConfig) -> int:
     return 2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim + cfg.linear_num_value_heads * cfg.linear_value_head_dim
-
-
-def _dense(x: jax.Array, w: jax.Array) -> jax.Array:
-    """x: [B, T, D] through a [D, ...] weight viewed as [D, prod(...)]: XLA's CPU dot is much faster
-    on a 2D matrix than on a dot with several output dimensions (see qwen3.Attention._proj)."""
-    return (x @ w.reshape(w.shape[0], -1).astype(x.dtype)).reshape(*x.shape[:2], *w.shape[1:])
 
 
 class RMSNorm(nnx.Module):
@@ -98,10 +93,10 @@ class GatedAttention(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         D, N, K, H, pd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.param_dtype
         # Query and output gate of each head side by side, as HF's q_proj rows are: [q_h | gate_h] per head.
-        self.q_proj = _param(rngs, _normal, (D, N, 2 * H), (shd.EMBED, shd.HEADS, shd.HEAD_DIM), pd)
-        self.k_proj = _param(rngs, _normal, (D, K, H), (shd.EMBED, shd.KV_HEADS, shd.HEAD_DIM), pd)
-        self.v_proj = _param(rngs, _normal, (D, K, H), (shd.EMBED, shd.KV_HEADS, shd.HEAD_DIM), pd)
-        self.o_proj = _param(rngs, _normal, (N, H, D), (shd.HEADS, shd.HEAD_DIM, shd.EMBED), pd)
+        self.q_proj = _param(rngs, _normal, (D, N, 2 * H), (shd.EMBED, shd.HEADS, shd.HEAD_DIM), pd, dense_in=1)
+        self.k_proj = _param(rngs, _normal, (D, K, H), (shd.EMBED, shd.KV_HEADS, shd.HEAD_DIM), pd, dense_in=1)
+        self.v_proj = _param(rngs, _normal, (D, K, H), (shd.EMBED, shd.KV_HEADS, shd.HEAD_DIM), pd, dense_in=1)
+        self.o_proj = _param(rngs, _normal, (N, H, D), (shd.HEADS, shd.HEAD_DIM, shd.EMBED), pd, dense_in=2)
         self.q_norm = RMSNorm(H, cfg.rms_norm_eps, names=(shd.HEAD_DIM,), param_dtype=pd, rngs=rngs)
         self.k_norm = RMSNorm(H, cfg.rms_norm_eps, names=(shd.HEAD_DIM,), param_dtype=pd, rngs=rngs)
         self.cfg = cfg
@@ -113,10 +108,10 @@ class GatedAttention(nnx.Module):
         H, r = cfg.head_dim, cfg.rotary_dim
         act_heads = (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_HEADS, shd.ACT_HEAD_DIM)
         act_kv = (shd.ACT_BATCH, shd.ACT_KV_HEADS, shd.ACT_LENGTH, shd.ACT_HEAD_DIM)
-        qg = _dense(x, self.q_proj[...])  # [B, T, N, 2H]
+        qg = dense(x, self.q_proj)  # [B, T, N, 2H]
         q, gate = self.q_norm(qg[..., :H]), qg[..., H:]
-        k = self.k_norm(_dense(x, self.k_proj[...]))
-        v = _dense(x, self.v_proj[...])
+        k = self.k_norm(dense(x, self.k_proj))
+        v = dense(x, self.v_proj)
         rotate = lambda t: jnp.concatenate([apply_rope(t[..., :r], cos, sin), t[..., r:]], axis=-1)  # noqa: E731
         q = shd.constrain(rotate(q), act_heads)
         k = shd.constrain(rotate(k).transpose(0, 2, 1, 3), act_kv)  # [B, K, T, H]
@@ -135,7 +130,7 @@ class GatedAttention(nnx.Module):
         probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
         out = jnp.einsum("BKGTS,BKSH->BKGTH", probs, v).transpose(0, 3, 1, 2, 4).reshape(B, T, cfg.num_heads, H)
         out = out * jax.nn.sigmoid(gate)
-        y = out.reshape(B, T, -1) @ self.o_proj[...].reshape(-1, cfg.hidden_size).astype(x.dtype)
+        y = dense(out.reshape(B, T, -1), self.o_proj)
         return y, cache
 
 
@@ -148,10 +143,10 @@ class GatedDeltaNet(nnx.Module):
         C = _conv_dim(cfg)
         # q, k and v share one projection and one conv over their concatenated channels (HF's layout);
         # those channels are not head-major, so they stay unsharded over `tensor`.
-        self.in_proj_qkv = _param(rngs, _normal, (D, C), (shd.EMBED, None), pd)
-        self.in_proj_z = _param(rngs, _normal, (D, Hv, Dv), (shd.EMBED, shd.HEADS, shd.HEAD_DIM), pd)
-        self.in_proj_b = _param(rngs, _normal, (D, Hv), (shd.EMBED, shd.HEADS), pd)
-        self.in_proj_a = _param(rngs, _normal, (D, Hv), (shd.EMBED, shd.HEADS), pd)
+        self.in_proj_qkv = _param(rngs, _normal, (D, C), (shd.EMBED, None), pd, dense_in=1)
+        self.in_proj_z = _param(rngs, _normal, (D, Hv, Dv), (shd.EMBED, shd.HEADS, shd.HEAD_DIM), pd, dense_in=1)
+        self.in_proj_b = _param(rngs, _normal, (D, Hv), (shd.EMBED, shd.HEADS), pd, dense_in=1)
+        self.in_proj_a = _param(rngs, _normal, (D, Hv), (shd.EMBED, shd.HEADS), pd, dense_in=1)
         self.conv = _param(rngs, _normal, (W, C), (None, None), pd)
         self.dt_bias = _param(rngs, _ones, (Hv,), (shd.HEADS,), pd)
         # log A with A ~ U(1, 16): HF's init range (0.01, 16) trimmed so a random model decays visibly.
@@ -159,7 +154,7 @@ class GatedDeltaNet(nnx.Module):
             lambda key, shape, dtype: jnp.log(jax.random.uniform(key, shape, dtype, 1.0, 16.0)), (shd.HEADS,)
         )(rngs.params(), (Hv,), pd))
         self.norm = GatedRMSNorm(Dv, cfg.rms_norm_eps, param_dtype=pd, rngs=rngs)
-        self.out_proj = _param(rngs, _normal, (Hv, Dv, D), (shd.HEADS, shd.HEAD_DIM, shd.EMBED), pd)
+        self.out_proj = _param(rngs, _normal, (Hv, Dv, D), (shd.HEADS, shd.HEAD_DIM, shd.EMBED), pd, dense_in=2)
         self.cfg = cfg
 
     def __call__(self, x, valid, cache: LinearCache | None):
@@ -172,9 +167,9 @@ class GatedDeltaNet(nnx.Module):
         Hk, Hv, Dk, Dv = cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim, \
             cfg.linear_value_head_dim
         x = x * valid[..., None].astype(x.dtype)  # Padding must not reach the conv or the state.
-        qkv = _dense(x, self.in_proj_qkv[...])  # [B, T, C]
-        z = _dense(x, self.in_proj_z[...])  # [B, T, Hv, Dv]
-        b, a = _dense(x, self.in_proj_b[...]), _dense(x, self.in_proj_a[...])  # [B, T, Hv]
+        qkv = dense(x, self.in_proj_qkv)  # [B, T, C]
+        z = dense(x, self.in_proj_z)  # [B, T, Hv, Dv]
+        b, a = dense(x, self.in_proj_b), dense(x, self.in_proj_a)  # [B, T, Hv]
         W = cfg.linear_conv_kernel_dim
         conv_state = cache.conv if cache is not None else jnp.zeros((B, W - 1, qkv.shape[-1]), x.dtype)
         qkv, conv_state = gdn.causal_conv(qkv, self.conv[...], conv_state)
@@ -192,7 +187,7 @@ class GatedDeltaNet(nnx.Module):
         else:
             o, state = gdn.chunked(q, k, v, g, beta, state, cfg.linear_chunk_size)
         o = shd.constrain(self.norm(o.astype(x.dtype), z), (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_HEADS, None))
-        y = o.reshape(B, T, -1) @ self.out_proj[...].reshape(-1, cfg.hidden_size).astype(x.dtype)
+        y = dense(o.reshape(B, T, -1), self.out_proj)
         return y, (LinearCache(conv_state.astype(cache.conv.dtype), state) if cache is not None else None)
 
 
@@ -231,7 +226,7 @@ class Qwen3_5(nnx.Module):
         self.layers = nnx.List([DecoderLayer(cfg, kind, rngs=rngs) for kind in cfg.layer_types])
         self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, names=(shd.NORM,), param_dtype=pd, rngs=rngs)
         if not cfg.tie_word_embeddings:
-            self.lm_head = _param(rngs, _normal, (cfg.hidden_size, cfg.vocab_size), (shd.EMBED, shd.VOCAB), pd)
+            self.lm_head = _param(rngs, _normal, (cfg.hidden_size, cfg.vocab_size), (shd.EMBED, shd.VOCAB), pd, dense_in=1)
         inv_freq, self.rope_scaling = inv_frequencies(cfg.rope, cfg.rotary_dim)
         self.inv_freq = tuple(inv_freq.tolist())  # Static: a hashable constant, not a parameter.
 
@@ -278,7 +273,7 @@ class Qwen3_5(nnx.Module):
 
     def logits(self, h: jax.Array) -> jax.Array:
         """h: [B, T, D] -> logits [B, T, V] in fp32."""
-        return project(h, self.head_weight(), vocab_major=self.cfg.tie_word_embeddings)
+        return logits(self, h)
 
 
 def create(cfg: ModelConfig, mesh: jax.sharding.Mesh, seed: int = 0) -> Qwen3_5:

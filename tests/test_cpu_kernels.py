@@ -1,0 +1,154 @@
+"""The CPU decode kernels (hljax/kernels/cpu_matmul.cc) against numpy and transformers."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from hljax import sharding as shd
+from hljax.checkpoint import hf
+from hljax.generate.engine import Engine, EngineConfig, Request, _decode_chunk
+from hljax.generate.types import SamplingParams
+from hljax.kernels import cpu_matmul
+from hljax.models import dense
+from tests import tiny_qwen3_5
+
+UNAVAILABLE = cpu_matmul.availability()
+needs_kernels = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"CPU kernels unavailable: {UNAVAILABLE}")
+
+
+@needs_kernels
+@pytest.mark.parametrize("M,K,N", [(1, 64, 48), (3, 33, 47), (8, 1000, 97), (9, 17, 49), (16, 128, 300), (5, 7, 1)])
+def test_packed_matmul_equals_numpy(M, K, N):
+    rng = np.random.default_rng(M * 1000 + K + N)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    w = rng.standard_normal((K, N)).astype(np.float32)
+    got = np.asarray(jax.jit(lambda x, w: cpu_matmul.matmul_packed(x, cpu_matmul.pack(w), N))(x, w))
+    want = x.astype(np.float64) @ w.astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@needs_kernels
+def test_pack_layout_is_zero_padded_column_panels():
+    w = np.arange(5 * 50, dtype=np.float32).reshape(5, 50)
+    p = np.asarray(cpu_matmul.pack(jnp.asarray(w)))
+    assert p.shape == (2, 5, cpu_matmul.PANEL)
+    np.testing.assert_array_equal(p[0], w[:, :48])
+    np.testing.assert_array_equal(p[1, :, :2], w[:, 48:])
+    assert not p[1, :, 2:].any()
+
+
+def _engines(path, **cfg):
+    mesh = shd.single_device_mesh()
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    on = Engine(hf.load_hf(path, mesh), mesh, EngineConfig(max_batch=8, max_seq_len=128, cpu_kernels="on", **cfg), tok)
+    off = Engine(hf.load_hf(path, mesh), mesh, EngineConfig(max_batch=8, max_seq_len=128, cpu_kernels="off", **cfg), tok)
+    return on, off
+
+
+def _prompts(n=5, vocab=160, seed=0):
+    rng = np.random.default_rng(seed)
+    return [tuple(rng.integers(3, vocab, L).tolist()) for L in (5, 17, 9, 1, 30)[:n]]
+
+
+@needs_kernels
+@pytest.mark.parametrize("tied", [False, True])
+def test_kernel_decode_equals_xla_decode_and_transformers(tiny_untied, tiny_tied, tied):
+    path = tiny_tied if tied else tiny_untied
+    on, off = _engines(path)
+    assert on.kernels and not off.kernels
+    prompts = _prompts()
+    greedy = SamplingParams(max_new_tokens=20, temperature=0.0, stop_token_ids=())
+    a = on.generate([Request(p, greedy) for p in prompts])
+    b = off.generate([Request(p, greedy) for p in prompts])
+    assert [o.token_ids for o in a] == [o.token_ids for o in b]
+    # Sampled tokens' log-probs against transformers' teacher-forced ones on the same weights.
+    ref = transformers.AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager").eval()
+    sp = SamplingParams(max_new_tokens=16, temperature=0.8, seed=3, stop_token_ids=())
+    for p, o in zip(prompts, on.generate([Request(p, sp) for p in prompts])):
+        ids = torch.tensor([list(p) + o.token_ids])
+        with torch.no_grad():
+            logits = ref(ids).logits[0, len(p) - 1 : -1].double()
+        want = torch.log_softmax(logits / 0.8, -1)[torch.arange(len(o.token_ids)), torch.tensor(o.token_ids)]
+        np.testing.assert_allclose(o.logprobs, want.numpy(), atol=1e-4)
+
+
+@needs_kernels
+def test_qwen3_5_kernel_decode_equals_xla_decode(tmp_path):
+    path = tiny_qwen3_5.save(tmp_path / "q35")
+    on, off = _engines(path)
+    prompts = _prompts()
+    sp = SamplingParams(max_new_tokens=16, temperature=0.7, seed=5, stop_token_ids=())
+    a = on.generate([Request(p, sp) for p in prompts])
+    b = off.generate([Request(p, sp) for p in prompts])
+    assert [o.token_ids for o in a] == [o.token_ids for o in b]
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-5)
+
+
+@needs_kernels
+def test_decode_program_calls_the_kernel_only_when_on(tiny_untied):
+    on, off = _engines(tiny_untied)
+
+    for engine, want in ((on, True), (off, False)):
+        graphdef, params, packed = engine._graphdef, engine._params, engine._packed
+        assert bool(packed) == want
+        text = _decode_chunk.lower(graphdef, params, packed, _state(engine), 16, 4).as_text()
+        assert ("hljax_matmul_packed" in text) == want
+
+
+def _state(engine):
+    """A DecodeState for one 3-token prompt, built the way the engine builds it."""
+    from hljax.generate import engine as eng
+    from hljax.models import registry
+
+    cfg = engine.model_config
+    B, M, S = 1, 16, 32
+    return eng.DecodeState(
+        cache=registry.init_cache(cfg, B, S), last=jnp.zeros((B,), jnp.int32), step=jnp.int32(1),
+        tokens=jnp.zeros((B, M), jnp.int32), logprobs=jnp.zeros((B, M)), done=jnp.zeros((B,), bool),
+        prompt_len=jnp.full((B,), 3, jnp.int32), kv_valid=jnp.ones((B, S), bool), seeds=jnp.zeros((B,), jnp.uint32),
+        temperature=jnp.zeros((B,)), top_k=jnp.full((B,), -1, jnp.int32), top_p=jnp.ones((B,)),
+        max_new=jnp.full((B,), 4, jnp.int32), stop_ids=jnp.full((B, 8), -1, jnp.int32))
+
+
+@needs_kernels
+def test_weight_swap_repacks(tiny_untied, tmp_path):
+    on, off = _engines(tiny_untied)
+    other = tiny_qwen3_5.tiny.save_hf_qwen3(tmp_path / "other", tie=False, rope="yarn", seed=7)
+    mesh = shd.single_device_mesh()
+    for engine in (on, off):
+        engine.set_model(hf.load_hf(other, mesh), weight_version="2")
+    sp = SamplingParams(max_new_tokens=12, temperature=0.0, stop_token_ids=())
+    prompts = _prompts()
+    a = [o.token_ids for o in on.generate([Request(p, sp) for p in prompts])]
+    assert a == [o.token_ids for o in off.generate([Request(p, sp) for p in prompts])]
+
+
+def test_config_errors_name_the_problem():
+    with pytest.raises(ValueError, match="cpu_kernels"):
+        EngineConfig(cpu_kernels="yes")
+
+
+def test_on_with_a_sharded_mesh_says_why(tiny_untied):
+    mesh = shd.make_mesh(shd.MeshConfig(1, 2, 1), jax.devices()[:2])
+    with pytest.raises(cpu_matmul.KernelUnavailable, match="2 devices"):
+        Engine(hf.load_hf(tiny_untied, mesh), mesh, EngineConfig(cpu_kernels="on"))
+
+
+def test_auto_on_a_sharded_mesh_uses_xla(tiny_untied):
+    mesh = shd.make_mesh(shd.MeshConfig(1, 2, 1), jax.devices()[:2])
+    engine = Engine(hf.load_hf(tiny_untied, mesh), mesh, EngineConfig(cpu_kernels="auto"))
+    assert engine.kernels is False and engine._packed == {}
+
+
+def test_dense_without_packing_is_the_plain_matmul():
+    from flax import nnx
+
+    w = nnx.Param(jnp.arange(2 * 3 * 4, dtype=jnp.float32).reshape(2, 3, 4), dense_in=2)
+    x = jnp.ones((5, 1, 6), jnp.float32)
+    y = dense.dense(x, w)
+    assert y.shape == (5, 1, 4)
+    np.testing.assert_allclose(np.asarray(y), np.ones((5, 1, 6)) @ np.arange(24.0).reshape(6, 4))
