@@ -1,4 +1,4 @@
-"""The CPU decode kernels (hljax/kernels/cpu_matmul.cc) against numpy and transformers."""
+"""The CPU decode kernels (hljax/kernels/cpu_decode.cc) against numpy and transformers."""
 
 import jax
 import jax.numpy as jnp
@@ -11,11 +11,11 @@ from hljax import sharding as shd
 from hljax.checkpoint import hf
 from hljax.generate.engine import Engine, EngineConfig, Request, _decode_chunk
 from hljax.generate.types import SamplingParams
-from hljax.kernels import cpu_matmul
+from hljax.kernels import cpu_decode
 from hljax.models import dense
 from tests import tiny_qwen3_5
 
-UNAVAILABLE = cpu_matmul.availability()
+UNAVAILABLE = cpu_decode.availability()
 needs_kernels = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"CPU kernels unavailable: {UNAVAILABLE}")
 
 
@@ -25,7 +25,7 @@ def test_packed_matmul_equals_numpy(M, K, N):
     rng = np.random.default_rng(M * 1000 + K + N)
     x = rng.standard_normal((M, K)).astype(np.float32)
     w = rng.standard_normal((K, N)).astype(np.float32)
-    got = np.asarray(jax.jit(lambda x, w: cpu_matmul.matmul_packed(x, cpu_matmul.pack(w), N))(x, w))
+    got = np.asarray(jax.jit(lambda x, w: cpu_decode.matmul_packed(x, cpu_decode.pack(w), N))(x, w))
     want = x.astype(np.float64) @ w.astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
@@ -33,8 +33,8 @@ def test_packed_matmul_equals_numpy(M, K, N):
 @needs_kernels
 def test_pack_layout_is_zero_padded_column_panels():
     w = np.arange(5 * 50, dtype=np.float32).reshape(5, 50)
-    p = np.asarray(cpu_matmul.pack(jnp.asarray(w)))
-    assert p.shape == (2, 5, cpu_matmul.PANEL)
+    p = np.asarray(cpu_decode.pack(jnp.asarray(w)))
+    assert p.shape == (2, 5, cpu_decode.PANEL)
     np.testing.assert_array_equal(p[0], w[:, :48])
     np.testing.assert_array_equal(p[1, :, :2], w[:, 48:])
     assert not p[1, :, 2:].any()
@@ -89,7 +89,7 @@ def test_qwen3_5_kernel_decode_equals_xla_decode(tmp_path):
 
 
 @needs_kernels
-def test_decode_program_calls_the_kernel_only_when_on(tiny_untied):
+def test_decode_program_calls_the_kernels_only_when_on(tiny_untied):
     on, off = _engines(tiny_untied)
 
     for engine, want in ((on, True), (off, False)):
@@ -97,6 +97,7 @@ def test_decode_program_calls_the_kernel_only_when_on(tiny_untied):
         assert bool(packed) == want
         text = _decode_chunk.lower(graphdef, params, packed, _state(engine), 16, 4).as_text()
         assert ("hljax_matmul_packed" in text) == want
+        assert ("hljax_decode_attention" in text) == want
 
 
 def _state(engine):
@@ -134,7 +135,7 @@ def test_config_errors_name_the_problem():
 
 def test_on_with_a_sharded_mesh_says_why(tiny_untied):
     mesh = shd.make_mesh(shd.MeshConfig(1, 2, 1), jax.devices()[:2])
-    with pytest.raises(cpu_matmul.KernelUnavailable, match="2 devices"):
+    with pytest.raises(cpu_decode.KernelUnavailable, match="2 devices"):
         Engine(hf.load_hf(tiny_untied, mesh), mesh, EngineConfig(cpu_kernels="on"))
 
 

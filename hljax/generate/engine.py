@@ -27,7 +27,7 @@ from flax import nnx
 from hljax import sharding as shd
 from hljax.generate.sampling import row_keys, sample
 from hljax.generate.types import FinishReason, SamplingParams
-from hljax.kernels import cpu_matmul
+from hljax.kernels import cpu_decode
 from hljax.models import dense, registry
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class EngineConfig:
     min_bucket: int = 16  # Smallest prompt-width / new-token bucket.
     decode_chunk: int = 16  # Decode steps per jitted call between host-side stop-string checks.
     max_stop_ids: int = 8  # Stop token ids per row (request's + the model's EOS ids).
-    # Decode steps through `hljax.kernels.cpu_matmul` (fp32, AVX-512, one CPU device): "auto" uses them
+    # Decode steps through `hljax.kernels.cpu_decode` (fp32, AVX-512, one CPU device): "auto" uses them
     # when they can run here and logs why not otherwise, "on" raises if they cannot, "off" keeps
     # XLA's dot. They keep a packed second copy of the projection weights.
     cpu_kernels: str = "auto"
@@ -163,7 +163,7 @@ class Engine:
         self.tokenizer = tokenizer
         self._lock = threading.Lock()
         self.weight_version = "0"
-        self.kernels: bool | None = None  # Decode through hljax.kernels.cpu_matmul; set by the first model.
+        self.kernels: bool | None = None  # Decode through hljax.kernels.cpu_decode; set by the first model.
         self.set_model(model)
         self._rng = np.random.default_rng()
 
@@ -193,9 +193,9 @@ class Engine:
                      for _, v in nnx.to_flat_state(params)):
             reason = "the model has no fp32 projection weights"
         else:
-            reason = cpu_matmul.availability()
+            reason = cpu_decode.availability()
         if reason is not None and mode == "on":
-            raise cpu_matmul.KernelUnavailable(f"EngineConfig.cpu_kernels='on' but {reason}")
+            raise cpu_decode.KernelUnavailable(f"EngineConfig.cpu_kernels='on' but {reason}")
         self.kernels = reason is None
         log.info("engine decode matmuls: %s", "hljax CPU kernels" if self.kernels else f"XLA dot ({reason})")
         return self.kernels

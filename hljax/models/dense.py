@@ -4,7 +4,7 @@ Every projection weight is an `nnx.Param` with a `dense_in` metadata field: its 
 dimensions are contracted (q_proj [D, N, H] has 1, o_proj [N, H, D] has 2). `dense` multiplies
 through the weight viewed as a 2D matrix.
 
-The generation engine may pack these matrices for `hljax.kernels.cpu_matmul` and trace its decode
+The generation engine may pack these matrices for `hljax.kernels.cpu_decode` and trace its decode
 step inside `use_packed(...)`; `dense` then sends a few-row product (a decode step's batch) to the
 kernel instead of XLA's dot. Nothing else changes: the training path never packs, and every product
 with more rows (the prefill) stays with XLA.
@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from hljax.kernels import cpu_matmul
+from hljax.kernels import cpu_decode
 
 # Rows (batch x new tokens) up to which the kernels beat XLA's dot; the engine's decode batches.
 KERNEL_MAX_ROWS = 16
@@ -47,7 +47,7 @@ def dense(x: jax.Array, w: nnx.Variable) -> jax.Array:
     packed = _kernel_weight(w, x)
     if packed is None:
         return (x @ value.reshape(k, n).astype(x.dtype)).reshape(*x.shape[:-1], *out)
-    return cpu_matmul.matmul_packed(x.reshape(-1, k), packed, n).reshape(*x.shape[:-1], *out)
+    return cpu_decode.matmul_packed(x.reshape(-1, k), packed, n).reshape(*x.shape[:-1], *out)
 
 
 def kernel_logits(h: jax.Array, w: nnx.Variable) -> jax.Array | None:
@@ -56,13 +56,25 @@ def kernel_logits(h: jax.Array, w: nnx.Variable) -> jax.Array | None:
     w: the output projection, the [D, V] lm_head or the tied [V, D] embedding (packed transposed)."""
     if not use_kernel(h) or (packed := _PACKED.get().get(id(w))) is None:
         return None
-    return cpu_matmul.matmul_packed(h.reshape(-1, h.shape[-1]), packed, packed_n(w)).reshape(*h.shape[:-1], -1)
+    return cpu_decode.matmul_packed(h.reshape(-1, h.shape[-1]), packed, packed_n(w)).reshape(*h.shape[:-1], -1)
 
 
 def packed_n(w: nnx.Variable) -> int:
     """Output width of a projection or output-embedding weight."""
     n_in = dense_in(w)
     return w[...].shape[0] if n_in is None else math.prod(w[...].shape[n_in:])
+
+
+def kernel_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float) -> jax.Array | None:
+    """One decode token through the attention kernel inside a packed trace, else None.
+
+    q: [B, 1, N, H]; k, v: [B, K, S, H] (the whole cache); mask: [B, 1, S] -> [B, 1, N * H]."""
+    B, T, N, H = q.shape
+    if T != 1 or not use_kernel(q[:, :, 0]) or k.dtype != jnp.float32 or v.dtype != jnp.float32:
+        return None
+    K = k.shape[1]
+    out = cpu_decode.decode_attention(q.reshape(B, K, N // K, H), k, v, mask[:, 0], scale)
+    return out.reshape(B, 1, N * H)
 
 
 def use_kernel(x: jax.Array) -> bool:
@@ -113,7 +125,7 @@ def pack_state(state: nnx.State, tied_embedding: str | None) -> dict[str, jax.Ar
 
 @functools.partial(jax.jit, static_argnums=1)
 def _pack_all(mats: dict[str, jax.Array], transposed: frozenset[str]) -> dict[str, jax.Array]:
-    return {k: cpu_matmul.pack(w.T if k in transposed else w) for k, w in mats.items()}
+    return {k: cpu_decode.pack(w.T if k in transposed else w) for k, w in mats.items()}
 
 
 def _key(path) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 
 from hljax import sharding as shd
 from hljax.models.config import ModelConfig
-from hljax.models.dense import dense, kernel_logits
+from hljax.models.dense import dense, kernel_attention, kernel_logits
 from hljax.models.rope import apply_rope, cos_sin, inv_frequencies
 
 # Finite so fully masked rows (left padding) give a uniform softmax instead of NaN.
@@ -105,13 +105,15 @@ class Attention(nnx.Module):
             if mask.shape[-1] != T:  # Decode: attend over the whole cache. Prefill: over the fresh keys.
                 k, v = cache.k.astype(x.dtype), cache.v.astype(x.dtype)
 
-        q = q.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim).transpose(0, 2, 3, 1, 4)  # [B, K, G, T, H]
-        scores = jnp.einsum("BKGTH,BKSH->BKGTS", q, k, preferred_element_type=jnp.float32)
-        scores = scores * (cfg.head_dim**-0.5)
-        scores = jnp.where(mask[:, None, None, :, :], scores, _MASKED)
-        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-        out = jnp.einsum("BKGTS,BKSH->BKGTH", probs, v)  # [B, K, G, T, H]
-        out = out.transpose(0, 3, 1, 2, 4).reshape(B, T, cfg.num_heads * cfg.head_dim)
+        out = kernel_attention(q, k, v, mask, cfg.head_dim**-0.5) if cache is not None else None
+        if out is None:
+            q = q.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim).transpose(0, 2, 3, 1, 4)  # [B, K, G, T, H]
+            scores = jnp.einsum("BKGTH,BKSH->BKGTS", q, k, preferred_element_type=jnp.float32)
+            scores = scores * (cfg.head_dim**-0.5)
+            scores = jnp.where(mask[:, None, None, :, :], scores, _MASKED)
+            probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+            out = jnp.einsum("BKGTS,BKSH->BKGTH", probs, v)  # [B, K, G, T, H]
+            out = out.transpose(0, 3, 1, 2, 4).reshape(B, T, cfg.num_heads * cfg.head_dim)
         y = dense(out, self.o_proj)
         if cfg.attention_bias:
             y = y + self.o_bias[...].astype(x.dtype)

@@ -28,7 +28,7 @@ from flax import nnx
 from hljax import sharding as shd
 from hljax.models import gated_deltanet as gdn
 from hljax.models.config import ModelConfig
-from hljax.models.dense import dense
+from hljax.models.dense import dense, kernel_attention
 from hljax.models.qwen3 import _MASKED, MLP, LayerCache, _normal, _ones, _param, _zeros, logits, remat_call
 from hljax.models.rope import apply_rope, cos_sin, inv_frequencies
 
@@ -123,12 +123,16 @@ class GatedAttention(nnx.Module):
             )
             if mask.shape[-1] != T:  # Decode: attend over the whole cache. Prefill: over the fresh keys.
                 k, v = cache.k.astype(x.dtype), cache.v.astype(x.dtype)
-        G = cfg.num_groups
-        q = q.reshape(B, T, cfg.num_kv_heads, G, H).transpose(0, 2, 3, 1, 4)  # [B, K, G, T, H]
-        scores = jnp.einsum("BKGTH,BKSH->BKGTS", q, k, preferred_element_type=jnp.float32) * (H**-0.5)
-        scores = jnp.where(mask[:, None, None, :, :], scores, _MASKED)
-        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-        out = jnp.einsum("BKGTS,BKSH->BKGTH", probs, v).transpose(0, 3, 1, 2, 4).reshape(B, T, cfg.num_heads, H)
+        out = kernel_attention(q, k, v, mask, H**-0.5) if cache is not None else None
+        if out is not None:
+            out = out.reshape(B, T, cfg.num_heads, H)
+        else:
+            G = cfg.num_groups
+            q = q.reshape(B, T, cfg.num_kv_heads, G, H).transpose(0, 2, 3, 1, 4)  # [B, K, G, T, H]
+            scores = jnp.einsum("BKGTH,BKSH->BKGTS", q, k, preferred_element_type=jnp.float32) * (H**-0.5)
+            scores = jnp.where(mask[:, None, None, :, :], scores, _MASKED)
+            probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+            out = jnp.einsum("BKGTS,BKSH->BKGTH", probs, v).transpose(0, 3, 1, 2, 4).reshape(B, T, cfg.num_heads, H)
         out = out * jax.nn.sigmoid(gate)
         y = dense(out.reshape(B, T, -1), self.o_proj)
         return y, cache

@@ -1,4 +1,4 @@
-// Skinny fp32 matmuls for CPU decoding, as XLA FFI custom calls.
+// CPU decode kernels (fp32, AVX-512) as XLA FFI custom calls: a skinny matmul and one-token attention.
 //
 // A decode step multiplies a few rows (the batch) by every weight matrix once, so it should run at
 // memory bandwidth. XLA's CPU dot reaches that at one row but drops to ~40% of it at eight (its
@@ -7,6 +7,10 @@
 // panels (zero-padded), so each panel is one contiguous stream. (The unpacked [K, N] walk crosses a
 // 4 KiB page every row and runs 2x slower; a row-dot kernel on a [N, K] tied embedding ran 1.5x
 // slower than the packed panels.)
+// hljax_decode_attention: one query token per row against its KV cache. XLA runs it as two batched
+// dots of [G, H] x [H, S] per (row, kv head), each a separate tiny GEMM; here each (row, kv head)
+// reads its keys and values once for all G query heads that share them.
+//
 // Work is split over XLA's intra-op pool. The calling thread works too and then waits only for
 // units that a running thread has claimed, so a busy pool can delay but never deadlock the call.
 
@@ -14,9 +18,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -53,6 +59,55 @@ void PackedPanel(const float* x, int64_t K, const float* panel, float* y, int64_
     if (left <= 0) break;
     const __mmask16 mask = TailMask(left);
     for (int m = 0; m < MR; ++m) _mm512_mask_storeu_ps(y + m * N + n0 + 16 * j, mask, acc[m][j]);
+  }
+}
+
+// One (row, kv head): q [G, H] (pre-scaled), k, v [S, H], valid [S] -> out [G, H].
+void AttendOne(const float* q, const float* k, const float* v, const bool* valid, float* out, int64_t G, int64_t S,
+               int64_t H, float scale, std::vector<float>& scores) {
+  constexpr float kMasked = -1e30f;  // As the XLA path: a fully masked row gives a uniform softmax.
+  scores.assign(G * S, kMasked);
+  const int64_t chunks = (H + 15) / 16;
+  for (int64_t s = 0; s < S; ++s) {
+    if (!valid[s]) continue;
+    const float* krow = k + s * H;
+    _mm_prefetch(reinterpret_cast<const char*>(krow + 4 * H), _MM_HINT_T0);
+    for (int64_t g = 0; g < G; ++g) {
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t c = 0; c < chunks; ++c) {
+        const __mmask16 mask = TailMask(H - 16 * c);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, q + g * H + 16 * c),
+                              _mm512_maskz_loadu_ps(mask, krow + 16 * c), acc);
+      }
+      scores[g * S + s] = _mm512_reduce_add_ps(acc) * scale;
+    }
+  }
+  for (int64_t g = 0; g < G; ++g) {
+    float* row = scores.data() + g * S;
+    float top = row[0];
+    for (int64_t s = 1; s < S; ++s) top = std::max(top, row[s]);
+    float total = 0.f;
+    for (int64_t s = 0; s < S; ++s) total += (row[s] = std::exp(row[s] - top));
+    const float inv = 1.f / total;
+    for (int64_t s = 0; s < S; ++s) row[s] *= inv;
+  }
+  // out[g] = sum_s p[g, s] v[s]: 16 output channels at a time, up to 8 query heads per pass. Masked
+  // slots have p = 0 and are skipped, unless every slot is masked (then p is uniform).
+  const bool any_valid = std::any_of(valid, valid + S, [](bool b) { return b; });
+  for (int64_t c = 0; c < chunks; ++c) {
+    const __mmask16 mask = TailMask(H - 16 * c);
+    for (int64_t g0 = 0; g0 < G; g0 += 8) {
+      const int64_t gn = std::min<int64_t>(8, G - g0);
+      __m512 acc[8];
+      for (int64_t g = 0; g < gn; ++g) acc[g] = _mm512_setzero_ps();
+      for (int64_t s = 0; s < S; ++s) {
+        if (!valid[s] && any_valid) continue;
+        const __m512 vv = _mm512_maskz_loadu_ps(mask, v + s * H + 16 * c);
+        for (int64_t g = 0; g < gn; ++g)
+          acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(scores[(g0 + g) * S + s]), vv, acc[g]);
+      }
+      for (int64_t g = 0; g < gn; ++g) _mm512_mask_storeu_ps(out + (g0 + g) * H + 16 * c, mask, acc[g]);
+    }
   }
 }
 
@@ -118,6 +173,30 @@ ffi::Error MatmulPacked(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buff
   return ffi::Error::Success();
 }
 
+ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
+                           ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::PRED> valid, ffi::ResultBuffer<ffi::F32> out,
+                           float scale) {
+  // q, out: [B, K, G, H]; k, v: [B, K, S, H]; valid: [B, S] (False: masked slot).
+  const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions(), md = valid.dimensions();
+  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || md.size() != 2 ||
+      !std::equal(kd.begin(), kd.end(), vd.begin()) ||
+      kd[0] != qd[0] || kd[1] != qd[1] || kd[3] != qd[3] || md[0] != qd[0] || md[1] != kd[2])
+    return ffi::Error::InvalidArgument(
+        "hljax_decode_attention: want q [B, K, G, H], k and v [B, K, S, H], valid [B, S]");
+  const int64_t B = qd[0], K = qd[1], G = qd[2], H = qd[3], S = kd[2];
+  const float* qp = q.typed_data();
+  const float* kp = k.typed_data();
+  const float* vp = v.typed_data();
+  const bool* mp = valid.typed_data();
+  float* op = out->typed_data();
+  ParallelFor(pool, B * K, [=](int64_t u) {
+    thread_local std::vector<float> scores;
+    const int64_t b = u / K;
+    AttendOne(qp + u * G * H, kp + u * S * H, vp + u * S * H, mp + b * S, op + u * G * H, G, S, H, scale, scores);
+  });
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HljaxMatmulPacked, MatmulPacked,
@@ -126,3 +205,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(HljaxMatmulPacked, MatmulPacked,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HljaxDecodeAttention, DecodeAttention,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::PRED>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<float>("scale"));

@@ -1,4 +1,4 @@
-"""The skinny CPU matmul kernels of `cpu_matmul.cc`: build, register with XLA, call.
+"""The CPU decode kernels of `cpu_decode.cc` (a skinny matmul, one-token attention): build, register, call.
 
 The C++ file is compiled on first use with the system C++ compiler against the XLA FFI headers that
 jaxlib ships, and cached by source hash under `$HLJAX_KERNEL_CACHE` (default
@@ -18,9 +18,10 @@ import tempfile
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-PANEL = 48  # Must match kPanel in cpu_matmul.cc.
-_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_matmul.cc")
+PANEL = 48  # Must match kPanel in cpu_decode.cc.
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_decode.cc")
 _FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-mavx512f", "-mfma"]
 
 
@@ -49,7 +50,7 @@ def _build() -> str:
         source = f.read()
     key = hashlib.sha256(source + " ".join(_FLAGS).encode() + jax.ffi.include_dir().encode()).hexdigest()[:16]
     out_dir = os.path.join(_cache_dir(), key)
-    lib = os.path.join(out_dir, "libhljax_cpu_matmul.so")
+    lib = os.path.join(out_dir, "libhljax_cpu_decode.so")
     if os.path.exists(lib):
         return lib
     os.makedirs(out_dir, exist_ok=True)
@@ -73,6 +74,7 @@ def _register() -> None:
         raise KernelUnavailable("this CPU has no AVX-512F")
     lib = ctypes.CDLL(_build())
     jax.ffi.register_ffi_target("hljax_matmul_packed", jax.ffi.pycapsule(lib.HljaxMatmulPacked), platform="cpu")
+    jax.ffi.register_ffi_target("hljax_decode_attention", jax.ffi.pycapsule(lib.HljaxDecodeAttention), platform="cpu")
 
 
 def availability() -> str | None:
@@ -101,3 +103,11 @@ def matmul_packed(x: jax.Array, packed: jax.Array, n: int) -> jax.Array:
     """x: [M, K] fp32; packed: pack(w) of a [K, n] w -> x @ w [M, n] fp32."""
     out = jax.ShapeDtypeStruct((x.shape[0], n), jnp.float32)
     return jax.ffi.ffi_call("hljax_matmul_packed", out)(x, packed)
+
+
+def decode_attention(q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array, scale: float) -> jax.Array:
+    """One query token per row: q [B, K, G, H]; k, v [B, K, S, H]; valid [B, S] bool -> [B, K, G, H] fp32.
+
+    softmax(scale * q.k over valid slots) . v, masked slots scored -1e30 (a fully masked row is uniform)."""
+    out = jax.ShapeDtypeStruct(q.shape, jnp.float32)
+    return jax.ffi.ffi_call("hljax_decode_attention", out)(q, k, v, valid, scale=np.float32(scale))
