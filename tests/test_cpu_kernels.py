@@ -13,7 +13,7 @@ from hljax.generate.engine import Engine, EngineConfig, Request, _decode_chunk
 from hljax.generate.types import SamplingParams
 from hljax.kernels import cpu_decode
 from hljax.models import dense
-from tests import tiny_qwen3_5
+from tests import tiny, tiny_qwen3_5
 
 UNAVAILABLE = cpu_decode.availability()
 needs_kernels = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"CPU kernels unavailable: {UNAVAILABLE}")
@@ -118,7 +118,7 @@ def _state(engine):
 @needs_kernels
 def test_weight_swap_repacks(tiny_untied, tmp_path):
     on, off = _engines(tiny_untied)
-    other = tiny_qwen3_5.tiny.save_hf_qwen3(tmp_path / "other", tie=False, rope="yarn", seed=7)
+    other = tiny.save_hf_qwen3(tmp_path / "other", tie=False, rope="yarn", seed=7)
     mesh = shd.single_device_mesh()
     for engine in (on, off):
         engine.set_model(hf.load_hf(other, mesh), weight_version="2")
@@ -126,6 +126,13 @@ def test_weight_swap_repacks(tiny_untied, tmp_path):
     prompts = _prompts()
     a = [o.token_ids for o in on.generate([Request(p, sp) for p in prompts])]
     assert a == [o.token_ids for o in off.generate([Request(p, sp) for p in prompts])]
+
+
+def test_a_missing_compiler_is_reported(tmp_path, monkeypatch):
+    monkeypatch.setenv("HLJAX_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    with pytest.raises(cpu_decode.KernelUnavailable, match="no C.. compiler '/nonexistent/g..' found"):
+        cpu_decode._build()
 
 
 def test_config_errors_name_the_problem():

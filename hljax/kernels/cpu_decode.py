@@ -43,9 +43,9 @@ def _cache_dir() -> str:
 
 def _build() -> str:
     """Path of the compiled library, compiling it if this source has not been built yet."""
-    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if compiler is None:
-        raise KernelUnavailable("no C++ compiler found (set CXX or install g++)")
+    compiler = os.environ.get("CXX") or "g++"
+    if shutil.which(compiler) is None:
+        raise KernelUnavailable(f"no C++ compiler {compiler!r} found (set CXX or install g++)")
     with open(_SOURCE, "rb") as f:
         source = f.read()
     key = hashlib.sha256(source + " ".join(_FLAGS).encode() + jax.ffi.include_dir().encode()).hexdigest()[:16]
@@ -67,28 +67,27 @@ def _build() -> str:
 
 
 @functools.cache
-def _register() -> None:
-    if jax.default_backend() != "cpu":
-        raise KernelUnavailable(f"the default JAX backend is {jax.default_backend()!r}, not 'cpu'")
-    if not _cpu_has_avx512f():
-        raise KernelUnavailable("this CPU has no AVX-512F")
-    lib = ctypes.CDLL(_build())
-    jax.ffi.register_ffi_target("hljax_matmul_packed", jax.ffi.pycapsule(lib.HljaxMatmulPacked), platform="cpu")
-    jax.ffi.register_ffi_target("hljax_decode_attention", jax.ffi.pycapsule(lib.HljaxDecodeAttention), platform="cpu")
-
-
 def availability() -> str | None:
-    """None when the kernels can run here, else the reason they cannot."""
+    """None when the kernels can run here (they are then registered with XLA), else the reason they
+    cannot. Decided once per process."""
+    if jax.default_backend() != "cpu":
+        return f"the default JAX backend is {jax.default_backend()!r}, not 'cpu'"
+    if not _cpu_has_avx512f():
+        return "this CPU has no AVX-512F"
     try:
-        _register()
-    except KernelUnavailable as e:
+        lib = ctypes.CDLL(_build())
+    except (KernelUnavailable, OSError) as e:
         return str(e)
+    for name, symbol in (("hljax_matmul_packed", lib.HljaxMatmulPacked),
+                         ("hljax_decode_attention", lib.HljaxDecodeAttention)):
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(symbol), platform="cpu")
     return None
 
 
 def require() -> None:
     """Register the kernels or raise KernelUnavailable saying why not."""
-    _register()
+    if (reason := availability()) is not None:
+        raise KernelUnavailable(reason)
 
 
 def pack(w: jax.Array) -> jax.Array:
