@@ -40,6 +40,21 @@ def test_pack_layout_is_zero_padded_column_panels():
     assert not p[1, :, 2:].any()
 
 
+@needs_kernels
+@pytest.mark.parametrize("B,K,G,S,H", [(2, 2, 2, 7, 24), (8, 8, 2, 128, 128), (3, 1, 5, 33, 32), (1, 2, 9, 20, 256)])
+def test_decode_attention_equals_numpy(B, K, G, S, H):
+    rng = np.random.default_rng(B + K + G + S + H)
+    q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((B, K, G, H), (B, K, S, H), (B, K, S, H)))
+    valid = rng.random((B, S)) < 0.7
+    valid[0] = False  # A fully masked row: uniform weights, as the XLA path's -1e30 masking gives.
+    got = np.asarray(jax.jit(lambda *a: cpu_decode.decode_attention(*a, H**-0.5))(q, k, v, valid))
+    scores = np.einsum("bkgh,bksh->bkgs", q.astype(np.float64), k) * H**-0.5
+    scores = np.where(valid[:, None, None, :], scores, -1e30)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    want = np.einsum("bkgs,bksh->bkgh", p / p.sum(-1, keepdims=True), v)
+    np.testing.assert_allclose(got, want, atol=2e-6)
+
+
 def _engines(path, **cfg):
     mesh = shd.single_device_mesh()
     tok = transformers.AutoTokenizer.from_pretrained(path)

@@ -6,6 +6,9 @@ Shapes are bucketed (batch, prompt width, new tokens and cache length to powers 
 compiles once per bucket, not per request. Decoding runs in chunks of `decode_chunk` steps inside a
 `lax.while_loop` that exits early when every row is done; between chunks the host checks stop
 strings, which need the tokenizer.
+
+On a CPU the decode steps' projections and attention may run on `hljax.kernels.cpu_decode`
+(`EngineConfig.cpu_kernels`); the engine then keeps a packed copy of the projection weights.
 """
 
 from __future__ import annotations
@@ -197,7 +200,7 @@ class Engine:
         if reason is not None and mode == "on":
             raise cpu_decode.KernelUnavailable(f"EngineConfig.cpu_kernels='on' but {reason}")
         self.kernels = reason is None
-        log.info("engine decode matmuls: %s", "hljax CPU kernels" if self.kernels else f"XLA dot ({reason})")
+        log.info("engine decode steps: %s", "hljax CPU kernels" if self.kernels else f"XLA only ({reason})")
         return self.kernels
 
     def generate(self, requests: Sequence[Request]) -> list[Output]:
