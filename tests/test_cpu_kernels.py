@@ -68,11 +68,17 @@ def _prompts(n=5, vocab=160, seed=0):
     return [tuple(rng.integers(3, vocab, L).tolist()) for L in (5, 17, 9, 1, 30)[:n]]
 
 
+@pytest.fixture(scope="module")
+def untied_engines(tiny_untied):
+    """(kernels on, kernels off) engines on the untied tiny Qwen3, shared by tests that do not swap weights."""
+    return _engines(tiny_untied) if UNAVAILABLE is None else None
+
+
 @needs_kernels
 @pytest.mark.parametrize("tied", [False, True])
-def test_kernel_decode_equals_xla_decode_and_transformers(tiny_untied, tiny_tied, tied):
+def test_kernel_decode_equals_xla_decode_and_transformers(tiny_untied, tiny_tied, untied_engines, tied):
     path = tiny_tied if tied else tiny_untied
-    on, off = _engines(path)
+    on, off = _engines(path) if tied else untied_engines
     assert on.kernels and not off.kernels
     prompts = _prompts()
     greedy = SamplingParams(max_new_tokens=20, temperature=0.0, stop_token_ids=())
@@ -104,8 +110,8 @@ def test_qwen3_5_kernel_decode_equals_xla_decode(tmp_path):
 
 
 @needs_kernels
-def test_decode_program_calls_the_kernels_only_when_on(tiny_untied):
-    on, off = _engines(tiny_untied)
+def test_decode_program_calls_the_kernels_only_when_on(untied_engines):
+    on, off = untied_engines
 
     for engine, want in ((on, True), (off, False)):
         graphdef, params, packed = engine._graphdef, engine._params, engine._packed

@@ -116,7 +116,7 @@ def test_sigterm_checkpoints_and_exits(tmp_path):
 
 @pytest.mark.slow
 def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tmp_path):
-    common = ["--config.sft.steps=4", "--config.grpo.steps=3", "--config.checkpoint.every=1",
+    common = ["--config.sft.steps=4", "--config.grpo.steps=2", "--config.checkpoint.every=1",
               "--config.sft.eval_rows=0", "--config.log.plots=False"]
     whole = str(tmp_path / "whole")
     _train(whole, *common)
