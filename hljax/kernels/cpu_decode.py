@@ -84,12 +84,6 @@ def availability() -> str | None:
     return None
 
 
-def require() -> None:
-    """Register the kernels or raise KernelUnavailable saying why not."""
-    if (reason := availability()) is not None:
-        raise KernelUnavailable(reason)
-
-
 def pack(w: jax.Array) -> jax.Array:
     """w: [K, N] -> [ceil(N / 48), K, 48] fp32 column panels, zero-padded on the right."""
     K, N = w.shape

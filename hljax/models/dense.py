@@ -54,7 +54,7 @@ def kernel_logits(h: jax.Array, w: nnx.Variable) -> jax.Array | None:
     """h: [B, T, D] -> fp32 logits [B, T, V] through the kernels inside a packed trace, else None.
 
     w: the output projection, the [D, V] lm_head or the tied [V, D] embedding (packed transposed)."""
-    if not use_kernel(h) or (packed := _PACKED.get().get(id(w))) is None:
+    if (packed := _kernel_weight(w, h)) is None:
         return None
     return cpu_decode.matmul_packed(h.reshape(-1, h.shape[-1]), packed, packed_n(w)).reshape(*h.shape[:-1], -1)
 
