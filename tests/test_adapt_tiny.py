@@ -3,7 +3,6 @@
 import csv
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,10 +14,11 @@ from hljax.loop import records as rec
 from hljax.models.presets import init_model
 from hljax.tasks.reasoning_gym import ReasoningGymTask, RGTaskConfig
 from hljax.tasks.suite import split_config
+from sandbox.isolation import bwrap_path as _bwrap_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap not installed: the sandbox refuses")]
+              pytest.mark.skipif(_bwrap_path() is None, reason="bwrap not installed: the sandbox refuses")]
 FAMILY = "aiw"
 
 

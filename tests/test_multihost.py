@@ -12,7 +12,6 @@ import argparse
 import dataclasses
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import time
 
 import numpy as np
 import pytest
+from sandbox.isolation import bwrap_path as _bwrap_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B, M, G = 16, 2, 4  # GRPO rows per step, micro-batches, group size: 4 states per step.
@@ -314,7 +314,7 @@ def test_trainer_sft_two_processes_match_one(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) not installed: the sandbox refuses to start")
+@pytest.mark.skipif(_bwrap_path() is None, reason="bubblewrap (bwrap) not installed: the sandbox refuses to start")
 def test_trainer_grpo_two_processes_sample_what_one_does(tmp_path):
     """GRPO through the trainer: each process serves, samples and scores its own group (its own embedded
     server and sandbox pool, weights synced to each); the gathered statistics equal one process's."""

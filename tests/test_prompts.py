@@ -1,6 +1,5 @@
 """The proposer prompt, the harness contract and the seed harnesses (run in the sandbox)."""
 
-import shutil
 
 import pytest
 
@@ -10,9 +9,10 @@ from sandbox.config import SandboxConfig
 from sandbox.pool import SandboxPool
 from sandbox.results import Job, JobResult
 from tests._sandbox_fakes import EchoGenerator
+from sandbox.isolation import bwrap_path as _bwrap_path
 
 needs_bwrap = pytest.mark.skipif(
-    shutil.which("bwrap") is None, reason="bwrap not installed (Debian package bubblewrap)"
+    _bwrap_path() is None, reason="bwrap not installed (Debian package bubblewrap)"
 )
 
 

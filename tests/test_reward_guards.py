@@ -11,7 +11,6 @@ control: it is sent to the job, so the search must find it, which proves the sea
 import dataclasses
 import json
 import os
-import shutil
 import uuid
 
 import pytest
@@ -26,8 +25,9 @@ from sandbox.config import SandboxConfig
 from sandbox.pool import SandboxPool
 from sandbox.results import HarnessError, Job, JobResult
 from tests._sandbox_fakes import EchoGenerator
+from sandbox.isolation import bwrap_path as _bwrap_path
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
+needs_bwrap = pytest.mark.skipif(_bwrap_path() is None,
                                  reason="bwrap not installed (Debian package bubblewrap)")
 
 # Runs inside the sandbox. Returns {"question": [places], "reference": [places], "searched": [...]}.

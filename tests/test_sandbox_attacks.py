@@ -12,7 +12,6 @@ reason. The attack code also re-checks this itself and refuses to act if it does
 
 import json
 import os
-import shutil
 import socket
 
 import pytest
@@ -21,8 +20,9 @@ from sandbox.config import SandboxConfig
 from sandbox.pool import SandboxPool
 from sandbox.results import Job
 from tests._sandbox_fakes import EchoGenerator
+from sandbox.isolation import bwrap_path as _bwrap_path
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap not installed (Debian package bubblewrap)")
+pytestmark = pytest.mark.skipif(_bwrap_path() is None, reason="bwrap not installed (Debian package bubblewrap)")
 
 SECRET = "hljax-test-secret-7f3a"
 TAIL = 4096

