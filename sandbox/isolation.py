@@ -1,22 +1,26 @@
-"""The command line that starts one fork server: under bubblewrap, or bare (rlimits only).
+"""The command lines that start a fork server or the scorer process: under bubblewrap, or bare (rlimits only).
 
 The bubblewrap layout: new pid, net, ipc and uts namespaces; all capabilities dropped; the sandbox
 dies with its parent; a read-only view of /usr (with the /bin, /lib, ... links of a merged-/usr
 system), of the Python install and of this package; a fresh /proc and a minimal /dev; a private,
 size-capped tmpfs at /tmp for work dirs; everything else absent (no /etc, no /home, no /root, no
-repository); the environment scrubbed to a fixed allow-list.
+repository); the environment scrubbed to a fixed allow-list. The scorer process gets the same
+layout plus read-only site-packages and the packages holding the scorers (`hljax`), as it must
+import reasoning-gym; it never holds a harness's process, only answers (see sandbox/scoring.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import json
 import logging
 import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 
 from sandbox import seccomp
 from sandbox.config import SandboxConfig
@@ -124,8 +128,8 @@ def _system_binds() -> list[str]:
     return args
 
 
-def bwrap_launch(config: SandboxConfig, control_fd: int) -> LaunchSpec:
-    """Fork server under bubblewrap. SandboxUnavailable if bwrap is not installed."""
+def _bwrap_args(config: SandboxConfig, binds: list[tuple[str, str]], env: dict) -> list[str]:
+    """bubblewrap's options up to the `--` before the command; `binds`: (host path, path inside)."""
     bwrap = bwrap_path(config.bwrap)
     if bwrap is None:
         raise SandboxUnavailable(
@@ -136,27 +140,99 @@ def bwrap_launch(config: SandboxConfig, control_fd: int) -> LaunchSpec:
     _announce(bwrap)
     args = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
     args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
-    for key, value in _ENV.items():
+    for key, value in env.items():
         args += ["--setenv", key, value]
     args += _system_binds()
     for path in (os.path.realpath(sys.base_prefix), os.path.dirname(os.path.realpath(sys.executable))):
         if path != "/usr" and not path.startswith("/usr/"):  # /usr is bound already.
             args += ["--ro-bind", path, path]
-    args += ["--ro-bind", _PACKAGE_DIR, f"{SANDBOX_ROOT}/sandbox"]
-    for path in config.extra_ro_binds:
-        args += ["--ro-bind", path, path]
+    for host, inside in binds:
+        args += ["--ro-bind", host, inside]
     args += ["--proc", "/proc", "--dev", "/dev", "--size", str(config.tmpfs_bytes), "--tmpfs", "/tmp"]
-    args += ["--remount-ro", "/", "--chdir", "/tmp", "--"]
+    return args + ["--remount-ro", "/", "--chdir", "/tmp", "--"]
+
+
+def bwrap_launch(config: SandboxConfig, control_fd: int) -> LaunchSpec:
+    """Fork server under bubblewrap. SandboxUnavailable if bwrap is not installed."""
+    binds = [(_PACKAGE_DIR, f"{SANDBOX_ROOT}/sandbox")] + [(p, p) for p in config.extra_ro_binds]
+    args = _bwrap_args(config, binds, _ENV)
     argv = args + _bootstrap([SANDBOX_ROOT], _worker_config(config, control_fd, JOBS_DIR))
     return LaunchSpec(argv=tuple(argv), env={})
 
 
-def bare_launch(config: SandboxConfig, control_fd: int, tmp_root: str) -> LaunchSpec:
-    """Fork server without namespaces: jobs still get rlimits and the seccomp filter, nothing more."""
+def _warn_unisolated() -> None:
     log.warning(
         "SANDBOX ISOLATION IS OFF (isolation='rlimits_only'): harness code runs without pid/net/mount "
         "namespaces, with this machine's filesystem visible. Only rlimits and seccomp stand between "
         "harness code and this machine. Use isolation='bwrap' for untrusted code."
     )
+
+
+def bare_launch(config: SandboxConfig, control_fd: int, tmp_root: str) -> LaunchSpec:
+    """Fork server without namespaces: jobs still get rlimits and the seccomp filter, nothing more."""
+    _warn_unisolated()
     argv = _bootstrap([os.path.dirname(_PACKAGE_DIR)], _worker_config(config, control_fd, tmp_root))
     return LaunchSpec(argv=tuple(argv), env=dict(_ENV))
+
+
+# ----- the scorer process (sandbox/scoring.py) ---------------------------------------------------
+
+SCORE_DIR = "/tmp/score"
+# Numerical libraries that reasoning-gym imports start no thread pools in the scorer process.
+_SCORER_ENV = {**_ENV, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _site_packages() -> list[str]:
+    paths = sysconfig.get_paths()
+    return list(dict.fromkeys(os.path.realpath(paths[k]) for k in ("purelib", "platlib")))
+
+
+def _package_dir(name: str) -> str:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise SandboxUnavailable(f"scorer package {name!r} (SandboxConfig.scorer_packages) is not an importable package")
+    return os.path.realpath(list(spec.submodule_search_locations)[0])
+
+
+def _scorer_config(config: SandboxConfig, control_fd: int, tmp_root: str) -> str:
+    program = seccomp.job_program()
+    return json.dumps(
+        {
+            "control_fd": control_fd,
+            "tmp_root": tmp_root,
+            "timeout_s": config.scorer_timeout_s,
+            "parallel": config.scorer_parallel,
+            "extra_memory_bytes": config.scorer_memory_bytes,
+            "cpu_seconds": int(2 * config.scorer_timeout_s) + 2,
+            "file_size_bytes": config.file_size_bytes,
+            "open_files": config.open_files,
+            "seccomp": {"bpf": program.bpf.hex(), "pid_offsets": list(program.pid_offsets)},
+        }
+    )
+
+
+def _scorer_bootstrap(paths: list[str], config_json: str) -> list[str]:
+    python = os.path.realpath(sys.executable)
+    code = f"import sys; sys.path[:0] = {paths!r}; from sandbox.score_server import main; main()"
+    return [python, "-I", "-S", "-B", "-c", code, config_json]
+
+
+def scorer_bwrap_launch(config: SandboxConfig, control_fd: int) -> LaunchSpec:
+    """The scorer process under bubblewrap, as a fork server is, plus read-only site-packages and
+    `config.scorer_packages` (the scorers' own code). Nothing else of this machine is visible."""
+    site = _site_packages()
+    binds = [(_PACKAGE_DIR, f"{SANDBOX_ROOT}/sandbox")] + [(p, p) for p in site]
+    binds += [(_package_dir(name), f"{SANDBOX_ROOT}/{name}") for name in config.scorer_packages if name != "sandbox"]
+    args = _bwrap_args(config, binds, _SCORER_ENV)
+    argv = args + _scorer_bootstrap([SANDBOX_ROOT, *site], _scorer_config(config, control_fd, SCORE_DIR))
+    return LaunchSpec(argv=tuple(argv), env={})
+
+
+def scorer_bare_launch(config: SandboxConfig, control_fd: int, tmp_root: str) -> LaunchSpec:
+    """The scorer process without namespaces: its children get rlimits and the seccomp filter only."""
+    _warn_unisolated()
+    roots = [os.path.dirname(_PACKAGE_DIR)]
+    roots += [os.path.dirname(_package_dir(name)) for name in config.scorer_packages]
+    paths = list(dict.fromkeys(roots + _site_packages()))
+    argv = _scorer_bootstrap(paths, _scorer_config(config, control_fd, tmp_root))
+    return LaunchSpec(argv=tuple(argv), env=dict(_SCORER_ENV))

@@ -2,7 +2,9 @@
 
 Layers, outermost first:
 1. this supervisor (trusted, in the caller's process): wall-clock deadlines, output caps, the
-   solver/tool broker with per-job budgets and counts, scoring. References never leave it.
+   solver/tool broker with per-job budgets and counts. References never reach a harness. Answers
+   are scored in the scorer process (`sandbox.scoring`, another sandbox), never here, unless the
+   caller passes a plain callable scorer (tests comparing text).
 2. fork servers (`sandbox.worker`), each a long-lived process under bubblewrap (`isolation.py`).
 3. one forked child per job, confined by rlimits and a seccomp filter (`jail.py`) before it runs
    the harness (`runner.py`).
@@ -32,7 +34,8 @@ from sandbox import isolation, protocol
 from sandbox.broker import Broker, Budget, CallRefused, make_call
 from sandbox.config import SandboxConfig, SolverConfig
 from sandbox.job_run import JobRun
-from sandbox.results import Job, JobResult, Scorer
+from sandbox.results import IsolatedScorer, Job, JobResult, Scorer
+from sandbox.scoring import ScorerProcess
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +84,7 @@ class SandboxPool:
         self._next_key = 0
         self._runs: dict[int, JobRun] = {}
         self._workers: list[_Worker | None] = [None] * config.workers
+        self._scorer = ScorerProcess(config)  # Started by the first run with an IsolatedScorer.
         self._closed = False
         try:
             for i, worker in enumerate(self._start_workers(range(config.workers))):
@@ -137,6 +141,7 @@ class SandboxPool:
                 self._selector.unregister(w.control)
                 w.stop()
         self._broker.close()
+        self._scorer.shutdown()
         self._selector.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
@@ -157,7 +162,8 @@ class SandboxPool:
     # ----- running jobs ----------------------------------------------------------------------
 
     def run(self, jobs: Sequence[Job], scorer: Scorer | None = None) -> list[JobResult]:
-        """Run every job; results in job order. `scorer(answer, job)` scores each "ok" result."""
+        """Run every job; results in job order. `scorer` scores each "ok" result: an
+        `IsolatedScorer` in the scorer process, all answers in one round trip; a callable here."""
         if self._closed:
             raise RuntimeError("the pool is closed")
         for job in jobs:
@@ -185,6 +191,8 @@ class SandboxPool:
                     self._replace_worker(w, "run() was interrupted")
             self._runs.clear()
             raise
+        if isinstance(scorer, IsolatedScorer):
+            return self._score_isolated(results, jobs, scorer)
         return [self._score(r, jobs[i], scorer) for i, r in enumerate(results)]
 
     def _fill_slots(self, jobs: Sequence[Job], queued: collections.deque, results: list) -> None:
@@ -440,6 +448,32 @@ class SandboxPool:
             (self._workers[worker.index],) = self._start_workers([worker.index])
         except isolation.SandboxUnavailable as e:
             log.error("could not replace sandbox worker %d: %s", worker.index, e)
+
+    @property
+    def scorer_pid(self) -> int | None:
+        """Host pid of the scorer process's outermost process, None until it is started."""
+        return self._scorer.pid
+
+    def _score_isolated(self, results: list[JobResult], jobs: Sequence[Job], scorer: IsolatedScorer) -> list[JobResult]:
+        payload_index: dict[str, int] = {}
+        payloads, items, where = [], [], []
+        for i, r in enumerate(results):
+            if r.status != "ok":
+                continue
+            tag = jobs[i].tag
+            if tag not in payload_index:
+                payload_index[tag] = len(payloads)
+                payloads.append(scorer.payloads[tag])
+            items.append((payload_index[tag], r.answer))
+            where.append(i)
+        out = list(results)
+        for i, scored in zip(where, self._scorer.score(scorer.spec, payloads, items)):
+            if scored.failure:  # The scorer process failed, not the answer: never a reward.
+                out[i] = dataclasses.replace(results[i], status="infra_error", reason=scored.failure)
+            else:
+                out[i] = dataclasses.replace(results[i], score=0.0 if scored.error else scored.value,
+                                             scorer_error=scored.error)  # fmt: skip
+        return out
 
     @staticmethod
     def _score(result: JobResult, job: Job, scorer: Scorer | None) -> JobResult:

@@ -69,5 +69,33 @@ class JobResult:
         return self.status == "infra_error"
 
 
-# (answer, job) -> score in [0, 1] usually. Runs on the trusted side; its exceptions are caught.
-Scorer = Callable[[str, Job], float]
+@dataclasses.dataclass(frozen=True)
+class ScorerSpec:
+    """How the scorer process (sandbox/score_server.py) builds a task's scoring function.
+
+    `factory` ("package.module:function") is imported there and called with `kwargs`, once per
+    spec; it returns `fn(answer, payload)` giving a float or an object with `value` and `error`
+    (hljax.tasks.base.Score). Its package must be in `SandboxConfig.scorer_packages`.
+    """
+
+    factory: str
+    kwargs: tuple[tuple[str, Any], ...] = ()  # Hashable and picklable values only.
+
+
+@dataclasses.dataclass(frozen=True)
+class IsolatedScorer:
+    """Scores a run's answers in the pool's scorer process, each in a fresh forked child.
+
+    Untrusted answers never meet the scorer in the supervisor: a scorer that evaluates its answer
+    (reasoning-gym's n_queens calls eval on it) can then change nothing outside that one child.
+    """
+
+    spec: ScorerSpec
+    # Job tag -> what `fn` gets with the answer (the question's reference data); picklable.
+    payloads: Mapping[str, Any] = dataclasses.field(compare=False)
+
+
+# (answer, job) -> score in [0, 1] usually, run in the supervisor: only for scorers that compare
+# text (tests). Anything that parses or evaluates answers (every task scorer) is an IsolatedScorer.
+# Either way an exception or a non-finite value scores 0 with a scorer error.
+Scorer = Callable[[str, Job], float] | IsolatedScorer

@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any, Callable, Iterator, Literal, Mapping, Protocol
 
 from hljax.harness.contract import ToolSpec
+from sandbox.results import ScorerSpec
 
 Split = Literal["feedback", "scoring", "eval"]
 SPLITS: tuple[Split, ...] = ("feedback", "scoring", "eval")
@@ -67,7 +68,17 @@ class Task(Protocol):
         ...
 
     def score(self, answer: str, question: Question) -> Score:
-        """Score an untrusted answer. Never raises: a scorer exception becomes `Score(0, error=...)`."""
+        """Score an answer in this process: for trusted text only (references, tests). Never raises:
+        a scorer exception becomes `Score(0, error=...)`. Harness answers are scored through
+        `scorer_spec` and `score_payload` in the pool's scorer process (hljax/tasks/jobs.py)."""
+        ...
+
+    def scorer_spec(self) -> ScorerSpec:
+        """How the isolated scorer process rebuilds this task's scorer (see hljax/tasks/scorers.py)."""
+        ...
+
+    def score_payload(self, question: Question) -> Any:
+        """What that scorer needs for `question` besides the answer (picklable; holds the reference)."""
         ...
 
     def tools(self, question: Question) -> Mapping[str, Callable[..., Any]]:

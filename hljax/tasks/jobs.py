@@ -12,7 +12,7 @@ from typing import Sequence
 
 from hljax.tasks.base import Question, Task
 from sandbox.pool import SandboxPool
-from sandbox.results import Job, JobResult, Scorer
+from sandbox.results import IsolatedScorer, Job, JobResult
 
 
 class ScorerError(Exception):
@@ -29,17 +29,11 @@ def make_jobs(task: Task, code: str, questions: Sequence[Question]) -> list[Job]
     ]
 
 
-def make_scorer(task: Task, questions: Sequence[Question]) -> Scorer:
-    """The pool's scorer for jobs made from `questions`: `task.score`, its errors raised as ScorerError."""
-    by_qid = {q.qid: q for q in questions}
-
-    def score(answer: str, job: Job) -> float:
-        result = task.score(answer, by_qid[job.tag])
-        if result.error:
-            raise ScorerError(result.error)
-        return result.value
-
-    return score
+def make_scorer(task: Task, questions: Sequence[Question]) -> IsolatedScorer:
+    """The pool's scorer for jobs made from `questions`: the task's scorer rebuilt in the pool's
+    scorer process (`task.scorer_spec()`), each question's payload found by its id (the job's tag).
+    Harness answers are never scored in this process: some scorers evaluate them."""
+    return IsolatedScorer(task.scorer_spec(), {q.qid: task.score_payload(q) for q in questions})
 
 
 def run_harness(

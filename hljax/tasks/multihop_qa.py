@@ -17,8 +17,10 @@ import os
 from typing import Any, Callable, Iterator, Literal, Mapping
 
 from hljax.harness.contract import RETRIEVE, ToolSpec
-from hljax.tasks.base import Question, Score, Split, guarded
-from hljax.tasks.qa_metrics import best_over_golds, exact_match, f1_score
+from sandbox.results import ScorerSpec
+from hljax.tasks.base import Question, Score, Split
+from hljax.tasks.qa_metrics import best_over_golds, f1_score
+from hljax.tasks.scorers import qa_spec, score_qa
 from hljax.tasks.retrieval import BM25Retriever, Paragraph
 from hljax.tasks.splits import QuestionSplits, SplitConfig, hash_ordered, question_id
 
@@ -314,9 +316,13 @@ class MultiHopQATask:
         return self._by_source_id[source_id]
 
     def score(self, answer: str, question: Question) -> Score:
-        if self.config.metric == "em":
-            return guarded(lambda: best_over_golds(exact_match, answer, question.payload.golds))
-        return guarded(lambda: self.f1(answer, question))
+        return score_qa(self.config.metric, self._spec.yes_no_rule, answer, self.score_payload(question))
+
+    def scorer_spec(self) -> ScorerSpec:
+        return qa_spec(self.config.metric, self._spec.yes_no_rule)
+
+    def score_payload(self, question: Question) -> tuple[str, ...]:
+        return tuple(question.payload.golds)
 
     def f1(self, answer: str, question: Question) -> float:
         """Token F1 with the dataset's own yes/no rule, whatever the configured metric."""

@@ -15,8 +15,10 @@ import reasoning_gym
 from reasoning_gym.factory import DATASETS
 
 from hljax.harness.contract import ToolSpec
-from hljax.tasks.base import Question, Score, Split, guarded
+from sandbox.results import ScorerSpec
+from hljax.tasks.base import Question, Score, Split
 from hljax.tasks.formats import FORMATS, check_format_names, choose_format, render_question
+from hljax.tasks.scorers import reasoning_gym_spec, score_reasoning_gym
 from hljax.tasks.splits import QuestionSplits, SplitConfig, question_id
 
 Role = Literal["sft", "rl", "heldout"]
@@ -174,11 +176,14 @@ class ReasoningGymTask:
         return self._question(self._dataset[index], fmt)
 
     def score(self, answer: str, question: Question) -> Score:
+        return score_reasoning_gym(self._dataset, answer, self.score_payload(question))
+
+    def scorer_spec(self) -> ScorerSpec:
+        return reasoning_gym_spec(self.config.family, self.config.generator_seed, self.config.pool_size)
+
+    def score_payload(self, question: Question) -> dict:
         payload: RGPayload = question.payload
-        extracted = FORMATS[payload.format].extract(answer)
-        if extracted is None:
-            return Score(0.0, note=f"the answer is not in the requested format ({payload.format})")
-        return guarded(lambda: self._dataset.score_answer(extracted, dict(payload.entry)))
+        return {"entry": dict(payload.entry), "format": payload.format}
 
     def tools(self, question: Question) -> Mapping[str, Any]:
         return {}
