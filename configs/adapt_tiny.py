@@ -1,6 +1,7 @@
 """The embedded default of test-time adaptation: the tiny proposer trained by configs/tiny.py
 revises the seed harness on two held-out families for 3 rounds (2 proposals per round, `BestOfG`),
-with our JAX engine as proposer server and solver. Minutes on 2 CPU cores:
+with our JAX engine as proposer server and the simulated solver (a stand-in for an LLM on CPU,
+hljax/tasks/simulated_solver.py), as in the tiny default. Minutes on 2 CPU cores:
 
     python -m launch.train --config configs/tiny.py      # writes runs/tiny/export
     python -m launch.adapt --config configs/adapt_tiny.py
@@ -24,6 +25,7 @@ def get_config():
     c.adapt.scoring_questions = 4
     c.adapt.max_new_tokens = 160
     c.evaluation.eval_questions = 6
+    c.solver.backend = "simulated"
     c.solver.max_seq_len = 1024
     c.solver.max_new_tokens = 32
     c.solver.max_tokens = 256

@@ -45,5 +45,5 @@ def get_config() -> ml_collections.ConfigDict:
 
     c.checkpoint = dict(every=50, keep=3, async_save=True)
     c.log = dict(tensorboard=True, plots=True)
-    c.export = dict(at_end=True, dtype="")
+    c.export = dict(at_end=True, dtype="", after_sft=False)
     return c

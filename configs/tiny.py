@@ -31,6 +31,9 @@ def get_config():
     c.grpo.scoring_questions = 4
     c.loss.logprob_chunk = 2048  # The tiny vocabulary's logits fit whole; chunking would only cost time.
     c.rollout.max_seq_len = 2048
+    # The solver is the simulated one (a stand-in for an LLM, hljax/tasks/simulated_solver.py): a random
+    # tiny model scores 0 whatever the harness does, so no learning could be seen with it.
+    c.solver.backend = "simulated"
     c.solver.max_seq_len = 1024
     c.solver.max_new_tokens = 32
     c.solver.max_calls = 4

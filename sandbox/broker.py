@@ -116,6 +116,10 @@ class Broker:
         self._thread.start()
 
     @property
+    def generator(self) -> Generator:
+        return self._generator
+
+    @property
     def busy(self) -> bool:
         return self._busy
 

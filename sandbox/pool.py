@@ -155,6 +155,11 @@ class SandboxPool:
         self.close()
 
     @property
+    def generator(self) -> Generator:
+        """What serves the harnesses' solver calls."""
+        return self._broker.generator
+
+    @property
     def worker_pids(self) -> list[int]:
         """Host pids of the fork servers' outermost processes (bwrap or python)."""
         return [w.proc.pid for w in self._workers if w is not None]

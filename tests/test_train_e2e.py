@@ -12,9 +12,10 @@ import orbax.checkpoint as ocp
 import pytest
 import transformers
 
+from sandbox.isolation import bwrap_path as _bwrap_path
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap") and not os.path.exists("/bin/bwrap"),
-                                reason="bubblewrap (bwrap) not installed: the sandbox refuses to start")
+pytestmark = pytest.mark.skipif(_bwrap_path() is None, reason="bubblewrap (bwrap) not found: the sandbox refuses to start")
 
 
 def _train(run_dir, *overrides, wait=True, timeout=600):

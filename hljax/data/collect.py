@@ -281,10 +281,7 @@ class Collector:
             self.teacher = endpoint.generator
             self.source = f"teacher:{os.path.basename(os.path.normpath(t.path))}"
         s = cfg.solver
-        solver_path = s.path or teacher_path
-        backend = "sglang" if s.backend == "sglang" else "embedded"
-        solver = Endpoint(GeneratorSpec(backend, solver_path, url=s.url, max_batch=s.max_batch,
-                                        max_seq_len=s.max_seq_len), mesh)
+        solver = Endpoint(s.generator_spec(teacher_path, cfg.seed), mesh)
         self._endpoints.append(solver)
         self.pool = SandboxPool(cfg.sandbox, solver.generator, s.budget)
         self.tasks: list[Task] = build_tasks(cfg.tasks, cfg.seed)

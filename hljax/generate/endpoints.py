@@ -4,12 +4,14 @@
 SGLang client pointed at it, so the code path is the one used against a real SGLang server.
 `embedded` is the in-process engine without HTTP (the solver's default). `sglang` connects to a
 running server; its tokenizer (for the chat template) is read from `path`, or from the folder the
-server reports in `/model_info` when `path` is empty.
+server reports in `/model_info` when `path` is empty. `simulated` is the CPU stand-in for an LLM
+solver (hljax/tasks/simulated_solver.py): no weights, so it takes neither path nor url.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Literal
 
 import jax
@@ -21,7 +23,7 @@ from hljax.generate.engine import EngineConfig
 from hljax.generate.local import LocalGenerator
 from hljax.generate.server import Server
 
-Backend = Literal["embedded_server", "embedded", "sglang"]
+Backend = Literal["embedded_server", "embedded", "sglang", "simulated"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,10 +34,16 @@ class GeneratorSpec:
     max_batch: int = 16
     max_seq_len: int = 4096
     dtype: Literal["float32", "bfloat16"] = "float32"
+    seed: int = 0  # simulated only: the seed of its accuracy model.
 
     def __post_init__(self):
-        if self.backend not in ("embedded_server", "embedded", "sglang"):
-            raise ValueError(f"unknown generator backend {self.backend!r}; valid: embedded_server, embedded, sglang")
+        if self.backend not in typing.get_args(Backend):
+            raise ValueError(f"unknown generator backend {self.backend!r}; valid: {typing.get_args(Backend)}")
+        if self.backend == "simulated":
+            if self.path or self.url:
+                raise ValueError("the simulated backend is a stand-in for an LLM and loads no model: give it "
+                                 f"neither a path nor a url (got path={self.path!r}, url={self.url!r})")
+            return
         if self.backend == "sglang" and not self.url:
             raise ValueError("the sglang backend needs a url")
         if self.backend != "sglang" and not self.path:
@@ -48,6 +56,11 @@ class Endpoint:
     def __init__(self, spec: GeneratorSpec, mesh: jax.sharding.Mesh):
         self.spec = spec
         self.server: Server | None = None
+        if spec.backend == "simulated":
+            from hljax.tasks.simulated_solver import SimulatedSolver
+
+            self.generator = SimulatedSolver(seed=spec.seed)
+            return
         if spec.backend == "sglang":
             client = SGLangGenerator(spec.url)
             client.wait_until_ready(300)

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from hljax import distributed
 from hljax import sharding as shd
 from hljax.generate.endpoints import Endpoint, GeneratorSpec
+from hljax.tasks.simulated_solver import LABEL as SIMULATED_LABEL
 from hljax.harness import seeds
 from hljax.loop import records as rec
 from hljax.loop import tables
@@ -30,7 +31,7 @@ from hljax.loop.revision import build_state
 from hljax.loop.run_config import EvalRunConfig, ProposerEntry
 from hljax.seeding import derive_seed
 from hljax.tasks.base import Question, Task
-from hljax.tasks.jobs import make_jobs, make_scorer
+from hljax.tasks.jobs import run_codes
 from hljax.tasks.suite import SEED_HARNESS, build_tasks
 from sandbox.pool import SandboxPool
 
@@ -57,11 +58,9 @@ def eval_scores(pool: SandboxPool, task: Task, directory: str, codes: dict[str, 
             raise ValueError(f"{path} was scored on other evaluation questions; use a new run_dir")
     todo = [i for i in codes if i not in cached["scores"]]
     if todo:
-        jobs = [job for i in todo for job in make_jobs(task, codes[i], questions)]
-        results = pool.run(jobs, scorer=make_scorer(task, questions))
-        n = len(questions)
+        results = run_codes(pool, task, [codes[i] for i in todo], questions)
         for k, i in enumerate(todo):
-            cached["scores"][i] = list(question_scores(results[k * n : (k + 1) * n]))
+            cached["scores"][i] = list(question_scores(results[k]))
         os.makedirs(directory, exist_ok=True)
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
@@ -125,10 +124,7 @@ def proposer_spec(cfg: EvalRunConfig, entry: ProposerEntry) -> GeneratorSpec:
 
 
 def solver_spec(cfg: EvalRunConfig) -> GeneratorSpec:
-    s = cfg.solver
-    if s.backend == "sglang":
-        return GeneratorSpec("sglang", path=s.path, url=s.url)
-    return GeneratorSpec("embedded", path=cfg.solver_path, max_batch=s.max_batch, max_seq_len=s.max_seq_len)
+    return cfg.solver.generator_spec(cfg.solver_path, cfg.seed)
 
 
 def run(cfg: EvalRunConfig) -> dict:
@@ -218,6 +214,8 @@ def tabulate(cfg: EvalRunConfig, tasks: Sequence[Task]) -> dict:
              "held-out questions come from the eval split, disjoint from feedback and scoring questions"]
     if cfg.evaluation.protocol == "rounds":
         notes.append(f"{cfg.adapt.runs} run(s) of {cfg.adapt.rounds} rounds, policy {cfg.adapt.policy}")
+    if cfg.solver.simulated:
+        notes.insert(0, f"solver: {SIMULATED_LABEL}")
     out = {"results_md": os.path.join(cfg.run_dir, "results.md"), "results_csv": os.path.join(cfg.run_dir, "results.csv")}
     with open(out["results_md"], "w") as f:
         f.write(tables.results_markdown(results, cfg.evaluation.protocol, notes))
@@ -262,5 +260,6 @@ def write_reports(cfg: EvalRunConfig, tasks: Sequence[Task]) -> str:
             runs = ["single"] if cfg.evaluation.protocol == "single" else [f"run{k}" for k in range(cfg.adapt.runs)]
             for name in runs:
                 directory = os.path.join(base, name)
-                pages.append(html_report.write_report(directory, title=f"{entry.label} · {task.name} · {name}"))
+                title = f"{entry.label} · {task.name} · {name}" + (" · simulated solver" if cfg.solver.simulated else "")
+                pages.append(html_report.write_report(directory, title=title))
     return html_report.write_index(pages, os.path.join(cfg.run_dir, "index.html"))

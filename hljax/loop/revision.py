@@ -10,7 +10,7 @@ from hljax.harness import contract, edits
 from hljax.harness.prompts import PromptConfig, proposer_messages
 from hljax.harness.report import ExecutionReport
 from hljax.tasks.base import Question, Task
-from hljax.tasks.jobs import make_jobs, make_scorer, run_harness
+from hljax.tasks.jobs import run_codes, run_harness
 from sandbox.pool import SandboxPool
 from sandbox.results import JobResult
 
@@ -53,7 +53,4 @@ def score_candidates(
     pool: SandboxPool, task: Task, codes: Sequence[str], questions: Sequence[Question]
 ) -> list[list[JobResult]]:
     """Run every candidate on the same scoring questions, all in one pool batch."""
-    jobs = [job for code in codes for job in make_jobs(task, code, questions)]
-    results = pool.run(jobs, scorer=make_scorer(task, questions)) if jobs else []
-    n = len(questions)
-    return [results[i * n : (i + 1) * n] for i in range(len(codes))]
+    return run_codes(pool, task, codes, questions)

@@ -22,11 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import jax.numpy as jnp
 import numpy as np
-import transformers
 
 from hljax import distributed as dist
 from hljax.checkpoint import hf
 from hljax.generate.client import SGLangGenerator
+from hljax.generate.endpoints import Endpoint
 from hljax.generate.engine import EngineConfig
 from hljax.generate.local import LocalGenerator, render_chat
 from hljax.generate.server import Server
@@ -95,12 +95,8 @@ class Rollouts:
             # Each process exports for its own server; one shared folder would be rewritten by all.
             self.sync_dir = f"{self.sync_dir.rstrip(os.sep)}-p{dist.process_index()}"
 
-        if cfg.solver.backend == "embedded":
-            solver_path = cfg.solver.path or init_path
-            self.solver = LocalGenerator.from_pretrained(solver_path, mesh, EngineConfig(
-                max_batch=cfg.solver.max_batch, max_seq_len=cfg.solver.max_seq_len))
-        else:
-            self.solver = SGLangGenerator(cfg.solver.url, transformers.AutoTokenizer.from_pretrained(cfg.solver.path))
+        self._solver = Endpoint(cfg.solver.generator_spec(init_path, cfg.seed), mesh)
+        self.solver = self._solver.generator
         self.pool = SandboxPool(cfg.sandbox, self.solver, cfg.solver.budget)
 
         self.tasks = build_tasks(cfg.tasks, cfg.seed)
@@ -110,6 +106,7 @@ class Rollouts:
 
     def close(self) -> None:
         self.pool.close()
+        self._solver.close()
         if self._server is not None:
             self._server.stop()
 

@@ -11,6 +11,7 @@ from typing import Literal
 
 import ml_collections
 
+from hljax.generate.endpoints import GeneratorSpec
 from hljax.generate.types import SamplingParams
 from hljax.harness.prompts import PromptConfig
 from hljax.loop.states import StatesSpec
@@ -87,12 +88,33 @@ class RolloutSpec:
 
 @dataclasses.dataclass(frozen=True)
 class SolverSpec:
-    backend: Literal["embedded", "sglang"] = "embedded"  # embedded: in-process JAX engine (frozen).
+    # embedded: in-process JAX engine (frozen). sglang: a server at `url`. simulated: the CPU stand-in
+    # for an LLM (hljax/tasks/simulated_solver.py); it takes no path or url.
+    backend: Literal["embedded", "sglang", "simulated"] = "embedded"
     path: str = ""  # HF folder of the solver; "" = the proposer's initial weights.
     url: str = ""
     max_batch: int = 16
     max_seq_len: int = 4096
     budget: SolverConfig = SolverConfig()
+
+    def __post_init__(self):
+        if self.backend == "simulated" and (self.path or self.url):
+            raise ConfigError(f"solver.backend='simulated' is a stand-in for an LLM and loads no model, but "
+                              f"solver.path={self.path!r} / solver.url={self.url!r} name one: set backend to "
+                              "'embedded' or 'sglang' for a real model, or clear path and url")
+
+    @property
+    def simulated(self) -> bool:
+        return self.backend == "simulated"
+
+    def generator_spec(self, default_path: str, seed: int) -> GeneratorSpec:
+        """How to open this solver; `default_path` serves an embedded solver when `path` is ""."""
+        if self.backend == "simulated":
+            return GeneratorSpec("simulated", seed=seed)
+        if self.backend == "sglang":
+            return GeneratorSpec("sglang", self.path, url=self.url)
+        return GeneratorSpec("embedded", self.path or default_path, max_batch=self.max_batch,
+                             max_seq_len=self.max_seq_len)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +148,7 @@ class LogSpec:
 class ExportSpec:
     at_end: bool = True
     dtype: str = ""  # "" = the initial checkpoint's dtype.
+    after_sft: bool = False  # Also export the SFT proposer to run_dir/export-sft when GRPO starts.
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,6 +44,7 @@ from hljax.rl.config import LossConfig
 from hljax.rl.rollout import Rollouts, score_groups
 from hljax.rl.run_config import RunConfig
 from hljax.seeding import derive_seed
+from hljax.tasks.simulated_solver import LABEL as SIMULATED_LABEL
 from hljax.rl.train_step import TrainBatch, global_batch, local_logprobs, make_optimizer, process_rows, train_step
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,8 @@ class Trainer:
         if dist.is_main():
             with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
                 json.dump(_jsonable(dataclasses.asdict(cfg)), f, indent=2)
+        if cfg.solver.simulated and dist.is_main():
+            print(f"solver: {SIMULATED_LABEL}", flush=True)
         previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         summary = {}
         try:
@@ -136,9 +139,13 @@ class Trainer:
                 stage = self._stage_of(step)
                 if stage == "grpo" and step == cfg.sft_steps and cfg.sft_steps and cfg.sft.eval_rows:
                     summary["validity_after_sft"] = self._sft_validity("after")
+                if stage == "grpo" and step == cfg.sft_steps and cfg.sft_steps and cfg.export.after_sft:
+                    summary["export_sft"] = self._export("export-sft")
                 self._make_optimizer(stage)
                 m = self._sft_step(step) if stage == "sft" else self._grpo_step(step)
                 m["stage"] = stage
+                if cfg.solver.simulated:
+                    m["solver"] = "simulated"  # Every row says its scores come from the stand-in solver.
                 self.metrics.write(step, m)
                 bar.set_postfix({k: f"{m[k]:.3g}" for k in ("loss", "reward/mean") if k in m})
                 last = step == total - 1
@@ -171,18 +178,28 @@ class Trainer:
     def _finish(self) -> dict:
         cfg = self.cfg
         out = {"run_dir": cfg.run_dir, "metrics": self.metrics.jsonl}
+        if cfg.solver.simulated:
+            out["solver"] = SIMULATED_LABEL
         if cfg.log.plots and dist.is_main():
+            title = os.path.basename(cfg.run_dir.rstrip("/"))
+            if cfg.solver.simulated:
+                title += " (simulated solver: a stand-in for an LLM)"
             png = mx.plot_curves(mx.read_jsonl(self.metrics.jsonl), os.path.join(cfg.run_dir, "curves.png"),
-                                 title=os.path.basename(cfg.run_dir.rstrip("/")))
+                                 title=title)
             if png:
                 out["plot"] = png
         if cfg.export.at_end:
-            host = self._host_model()  # Collective when multi-process: everyone gathers, process 0 writes.
-            if dist.is_main():
-                out["export"] = hf.save_hf(host, os.path.join(cfg.run_dir, "export"), dtype=cfg.export.dtype or None,
-                                           source_dir=self.init_path)
+            out["export"] = self._export("export")
         out["checkpoints"] = self.checkpointer.directory
         return out
+
+    def _export(self, name: str) -> str:
+        """The current proposer as an HF folder run_dir/`name` (collective when multi-process)."""
+        host = self._host_model()  # Everyone gathers, process 0 writes.
+        path = os.path.join(self.cfg.run_dir, name)
+        if dist.is_main():
+            hf.save_hf(host, path, dtype=self.cfg.export.dtype or None, source_dir=self.init_path)
+        return path
 
     # ----- SFT -----
 

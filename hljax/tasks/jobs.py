@@ -8,11 +8,25 @@ the supervisor), and the scorer finds each question again by its id (the job's t
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Protocol, Sequence, runtime_checkable
 
 from hljax.tasks.base import Question, Task
 from sandbox.pool import SandboxPool
 from sandbox.results import IsolatedScorer, Job, JobResult
+
+
+@runtime_checkable
+class KnowsQuestions(Protocol):
+    """A solver that answers from references it is told on the trusted side (the simulated solver)."""
+
+    def register(self, task: Task, questions: Sequence[Question]) -> None: ...
+
+
+def announce(pool: SandboxPool, task: Task, questions: Sequence[Question]) -> None:
+    """Tell the pool's solver, if it answers from references, which questions are about to run.
+    This happens here, in the trusted process: the sandbox never sees a reference."""
+    if isinstance(pool.generator, KnowsQuestions):
+        pool.generator.register(task, questions)
 
 
 class ScorerError(Exception):
@@ -41,4 +55,16 @@ def run_harness(
 ) -> tuple[list[Job], list[JobResult]]:
     """Run `code` on every question; the jobs come back too, for `ExecutionReport.from_results`."""
     jobs = make_jobs(task, code, questions)
+    announce(pool, task, questions)
     return jobs, pool.run(jobs, scorer=make_scorer(task, questions))
+
+
+def run_codes(pool: SandboxPool, task: Task, codes: Sequence[str], questions: Sequence[Question]) -> list[list[JobResult]]:
+    """Run every harness in `codes` on the same questions, all in one pool batch; results per code."""
+    jobs = [job for code in codes for job in make_jobs(task, code, questions)]
+    if not jobs:
+        return [[] for _ in codes]
+    announce(pool, task, questions)
+    results = pool.run(jobs, scorer=make_scorer(task, questions))
+    n = len(questions)
+    return [results[i * n : (i + 1) * n] for i in range(len(codes))]
