@@ -71,6 +71,68 @@ EXCLUDED = {
     "acre": "generates the whole pool up front: 5 s to build 20,000 questions",
 }
 
+# What each listed family's scorer does with the (untrusted) answer, read from reasoning-gym
+# 0.1.25's source: does it eval/exec, ast.literal_eval or sympy-parse it? Documentation only:
+# every family's answers are scored in the isolated scorer process (sandbox/scoring.py), each in
+# its own forked child, whatever this says. Only n_queens runs answer text as code; in the scorer
+# process its `eval` is replaced by ast.literal_eval (hljax/tasks/scorers.py LITERAL_EVAL_ONLY).
+# "exact/substring": the base scorer (answer == reference, else partial credit if the reference
+# is a substring).
+_EXACT = "exact/substring compare; nothing evaluated"
+SCORER_AUDIT = {
+    # SFT
+    "basic_arithmetic": _EXACT + " (eval is used only to compute the reference at generation)",
+    "chain_sum": "Decimal(answer) after stripping commas, then substring; nothing evaluated",
+    "decimal_arithmetic": "Decimal(answer) within a tolerance; nothing evaluated",
+    "fraction_simplification": "regex, int() of numerator and denominator; nothing evaluated",
+    "gcd": _EXACT,
+    "lcm": _EXACT,
+    "prime_factorization": "split on 'x', int() of each factor (raises on non-numbers); nothing evaluated",
+    "products": "Decimal(answer) after stripping commas, then substring; nothing evaluated",
+    "power_function": "Decimal(answer), quantized to 3 significant figures; nothing evaluated",
+    "bitwise_arithmetic": "int(answer, 0); eval() only of the generated problem text, never of the answer",
+    "count_bits": _EXACT,
+    "leg_counting": _EXACT,
+    "number_format": "float(answer) after stripping commas; nothing evaluated",
+    "base_conversion": _EXACT,
+    "caesar_cipher": _EXACT,
+    "letter_counting": _EXACT,
+    "number_sorting": "json.loads(answer) (quotes swapped); eval() only of the reference if it is not JSON",
+    "spell_backward": "case-folded compare, per-letter credit; nothing evaluated",
+    "word_sorting": "split on commas, list compare; nothing evaluated",
+    "word_sequence_reversal": _EXACT,
+    "complex_arithmetic": "hand-written parser into complex()/float(); nothing evaluated",
+    # RL
+    "calendar_arithmetic": "strip/compare, int(answer) for counts; nothing evaluated",
+    "gsm_symbolic": "regex for the first number, float(); nothing evaluated",
+    "number_filtering": _EXACT,
+    "isomorphic_strings": _EXACT,
+    "simple_equations": _EXACT,
+    # held out
+    "maze": _EXACT,
+    "mini_sudoku": "line compare, else digits per row; nothing evaluated",
+    "n_queens": "EVAL: eval(answer) when it is not a listed solution, i.e. runs the answer as Python",
+    "survo": "int() of whitespace-separated cells; nothing evaluated",
+    "tsumego": "upper-cased compare, regex; nothing evaluated",
+    "kakurasu": "0/1 characters per line; nothing evaluated",
+    "aiw": _EXACT,
+    "circuit_logic": "exact compare (stripped: partial credit); nothing evaluated",
+    "knights_knaves": "word split into (name, role) pairs; nothing evaluated",
+    "syllogism": _EXACT,
+    "course_schedule": _EXACT,
+    "family_relationships": "case-folded compare; nothing evaluated",
+    "largest_island": _EXACT,
+    "shortest_path": "exact compare, else walks the path's direction words on the grid; nothing evaluated",
+    "path_star": "whitespace-normalised compare; nothing evaluated",
+    "color_cube_rotation": "case-folded compare; nothing evaluated",
+    "modulo_grid": _EXACT,
+    "needle_haystack": "case-folded compare without spaces; nothing evaluated",
+    "rectangle_count": "int(answer), partial credit by distance; nothing evaluated",
+    "simple_geometry": _EXACT,
+    "arc_1d": _EXACT,
+}
+# No listed family's scorer uses exec, ast.literal_eval, or sympy's sympify/parse_expr on the answer.
+
 
 def get_config() -> ml_collections.ConfigDict:
     """The family lists as a locked ConfigDict (see FamilyLists.from_config)."""
