@@ -29,6 +29,7 @@ import dataclasses
 import json
 import marshal
 import os
+import re
 import socket
 import struct
 
@@ -79,7 +80,39 @@ def decode_from_job(body: bytes) -> dict:
         raise ProtocolError(f"not UTF-8 JSON: {type(e).__name__}: {e}") from None
     if not isinstance(msg, dict) or not isinstance(msg.get("t"), str):
         raise ProtocolError("a message must be a JSON object with a string field 't'")
+    if _SURROGATE_ESCAPE.search(body):
+        msg = _replace_lone_surrogates(msg)
     return msg
+
+
+# JSON may escape a lone UTF-16 surrogate ("\ud800"); Python decodes it into a str that
+# .encode("utf-8") later refuses (a harness answer, a prompt for the Generator, an error message).
+# Every string of a job's message has them replaced by U+FFFD here, at the boundary. (Escaped
+# pairs decode to one astral character and are left alone; raw surrogate bytes are not UTF-8.)
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _replace_lone_surrogates(msg: dict) -> dict:
+    def fix(value):
+        return _LONE_SURROGATE.sub("\ufffd", value) if isinstance(value, str) else value
+
+    root = {"": msg}
+    stack = [root]  # Iterative: json.loads accepted nesting as deep as the recursion limit.
+    while stack:
+        obj = stack.pop()
+        pairs = list(obj.items()) if isinstance(obj, dict) else list(enumerate(obj))
+        if isinstance(obj, dict):
+            obj.clear()
+        for key, value in pairs:
+            value = fix(value)
+            if isinstance(obj, dict):
+                obj[fix(key)] = value
+            else:
+                obj[key] = value
+            if isinstance(value, (dict, list)):
+                stack.append(value)
+    return root[""]
 
 
 class FrameReader:

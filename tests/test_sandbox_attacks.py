@@ -441,3 +441,18 @@ def test_scorer_audit_covers_every_listed_family():
     assert set(rg_families.SCORER_AUDIT) == listed
     evaluating = {f for f, what in rg_families.SCORER_AUDIT.items() if what.startswith("EVAL")}
     assert evaluating == {"n_queens"}
+
+
+@pytest.mark.parametrize(
+    "code, check",
+    [
+        ("def solve(q, s):\n    return 'a\\ud800b\\udfff'\n", lambda r: r.answer == "a\ufffdb\ufffd"),
+        ("def solve(q, s):\n    return s.generate('x\\udc80')\n", lambda r: r.answer == "echo:x\ufffd"),
+        ("def solve(q, s):\n    raise ValueError('\\ud800')\n", lambda r: r.error.message == "\ufffd"),
+    ],
+)
+def test_lone_surrogates_are_replaced_at_the_boundary(pool, code, check):
+    r = run_among_normals(pool, code)
+    assert r.status in ("ok", "error") and check(r), r
+    for text in (r.answer or "", r.error.message if r.error else "", r.error.traceback if r.error else ""):
+        text.encode("utf-8")  # What reports, logs and the Generator do with them.
