@@ -16,10 +16,11 @@ def test_frames_split_and_joined_across_reads():
     assert reader.feed(stream[10:]) == [{"t": "a", "x": [1, "é"]}, {"t": "b"}]
 
 
-def test_job_frames_are_ascii_json_and_keep_lone_surrogates():
-    frame = protocol.from_job({"t": "result", "answer": "\ud800 ok"})
-    assert frame[4:] == b'{"t":"result","answer":"\\ud800 ok"}'
-    assert protocol.FrameReader(100).feed(frame) == [{"t": "result", "answer": "\ud800 ok"}]
+def test_job_frames_are_ascii_json_and_lone_surrogates_become_replacement_characters():
+    # The job can send them (its encoder never fails); the supervisor's reader replaces them.
+    frame = protocol.from_job({"t": "result", "answer": "\ud800 ok \U0001F600"})
+    assert frame[4:] == b'{"t":"result","answer":"\\ud800 ok \\ud83d\\ude00"}'
+    assert protocol.FrameReader(100).feed(frame) == [{"t": "result", "answer": "\ufffd ok \U0001F600"}]
     with pytest.raises(TypeError, match="not JSON serializable"):
         protocol.from_job({"t": "x", "v": object()})
 
