@@ -7,28 +7,35 @@ Writes, under run_dir, every round's harness, edit, validity, scores and report,
 of the harness kept after each round, results tables, a score-vs-round plot and HTML reports.
 """
 
-from absl import app, flags
+import logging
+
+from absl import flags
 from ml_collections import config_flags
 
+from hljax import preflight
 from hljax.loop.evaluate import run
 from hljax.loop.run_config import ConfigError, EvalRunConfig
-from launch.common import print_results, setup_logging
+from launch.common import define_verbose_flag, print_results, run_absl, setup_logging, start_up, verbose
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Adaptation config (configs/adapt_*.py).",
                                           lock_config=True)
+define_verbose_flag()
 
 
 def main(argv):
     del argv
+    with start_up(verbose()):
+        cfg = EvalRunConfig.from_config(_CONFIG.value)
+        if cfg.evaluation.protocol != "rounds":
+            raise ConfigError("launch.adapt runs revision rounds: evaluation.protocol must be 'rounds' "
+                              "(use launch.evaluate for the single-revision protocol)")
+        checked = preflight.evaluate(cfg)
     setup_logging()
-    cfg = EvalRunConfig.from_config(_CONFIG.value)
-    if cfg.evaluation.protocol != "rounds":
-        raise ConfigError("launch.adapt runs revision rounds: evaluation.protocol must be 'rounds' "
-                          "(use launch.evaluate for the single-revision protocol)")
+    logging.getLogger(__name__).info("preflight passed: %s", ", ".join(checked))
     summary = run(cfg)
     print_results("adaptation finished", summary)
 
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["config"])
-    app.run(main)
+    run_absl(main)

@@ -5,20 +5,27 @@
 Rerunning the same command resumes: rows already written are skipped (see hljax/data/collect.py).
 """
 
-from absl import app, flags
+import logging
+
+from absl import flags
 from ml_collections import config_flags
 
+from hljax import preflight
 from hljax.data.collect import CollectConfig, Collector, format_summary
-from launch.common import setup_logging
+from launch.common import define_verbose_flag, run_absl, setup_logging, start_up, verbose
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Collector config file (configs/collect_*.py).",
                                           lock_config=True)
+define_verbose_flag()
 
 
 def main(argv):
     del argv
+    with start_up(verbose()):
+        cfg = CollectConfig.from_config(_CONFIG.value)
+        checked = preflight.collect(cfg)
     setup_logging()
-    cfg = CollectConfig.from_config(_CONFIG.value)
+    logging.getLogger(__name__).info("preflight passed: %s", ", ".join(checked))
     with Collector(cfg) as collector:
         summary = collector.run()
     print("\n== collection finished ==")
@@ -28,4 +35,4 @@ def main(argv):
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["config"])
-    app.run(main)
+    run_absl(main)

@@ -1,6 +1,23 @@
-"""What every entry point does the same way: logging, and the summary of an evaluation run."""
+"""What every entry point does the same way: logging, start-up errors, the summary of an evaluation run.
 
+Start-up errors (a missing or broken config file, a misspelt key, a malformed value, a failed
+preflight check) print one line, `launch.<name>: error: <problem>: <fix>`, to stderr and exit 2;
+`--verbose` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
 import logging
+import os
+import sys
+from typing import Callable, NoReturn
+
+from hljax.preflight import PreflightError, one_line
+
+EXIT_START_UP = 2  # A bad input found at start-up (as argparse and usage errors).
 
 
 def setup_logging(tag: str = "") -> None:
@@ -19,3 +36,141 @@ def print_results(title: str, summary: dict) -> None:
         print(f.read())
     for key, value in summary.items():
         print(f"{key:>12}: {value}")
+
+
+# ----- start-up errors -----
+
+
+def program() -> str:
+    """"launch.train" for `python -m launch.train`."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec.name if spec else os.path.basename(sys.argv[0])
+
+
+def fail(message: str) -> NoReturn:
+    """One line on stderr, exit 2."""
+    print(f"{program()}: error: {one_line(message)}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_START_UP)
+
+
+def describe(error: BaseException) -> str:
+    """The one-line message of a start-up error."""
+    if isinstance(error, (PreflightError, ValueError, OSError)):
+        return str(error) or type(error).__name__
+    if isinstance(error, (KeyError, AttributeError)) and error.args:  # ml_collections: a misspelt key.
+        return str(error.args[0])
+    return f"{type(error).__name__}: {error} (--verbose shows the traceback)"
+
+
+@contextlib.contextmanager
+def start_up(verbose: bool):
+    """Around config parsing and preflight checks: any failure becomes one line and exit 2, unless
+    `verbose` (then the traceback, as usual)."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - nothing long-running happens inside; --verbose shows it all.
+        if verbose:
+            raise
+        fail(describe(e))
+
+
+def define_verbose_flag() -> None:
+    """absl launchers: --verbose (tracebacks for start-up errors)."""
+    from absl import flags
+
+    if "verbose" not in flags.FLAGS:
+        flags.DEFINE_bool("verbose", False, "Show tracebacks for start-up errors (config, preflight checks).")
+
+
+def verbose() -> bool:
+    from absl import flags
+
+    return bool(flags.FLAGS["verbose"].value) if "verbose" in flags.FLAGS else False
+
+
+def run_absl(main: Callable, config_flag: str = "config") -> None:
+    """`absl.app.run(main)`, with flag and config-file errors as one line (see the module docstring)."""
+    from absl import app
+
+    app.run(main, flags_parser=lambda argv: _parse_flags(argv, config_flag))
+
+
+def _parse_flags(argv: list[str], config_flag: str) -> list[str]:
+    from absl import flags
+
+    wants_verbose = any(a in ("--verbose", "-verbose") or a.startswith(("--verbose=", "-verbose=")) and
+                        a.split("=", 1)[1].lower() in ("1", "true") for a in argv[1:])
+    try:
+        _check_config_file(argv, config_flag)
+        rest = flags.FLAGS(argv)
+        value = flags.FLAGS[config_flag].value
+        if value is not None:
+            getattr(value, "keys")  # A config file that failed to load raises only when touched.
+    except Exception as e:  # noqa: BLE001
+        if wants_verbose:
+            raise
+        fail(_describe_flag_error(e, argv, config_flag))
+    return rest
+
+
+def _check_config_file(argv: list[str], config_flag: str) -> None:
+    for i, arg in enumerate(argv[1:], 1):
+        for prefix in (f"--{config_flag}", f"-{config_flag}"):
+            if arg == prefix and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif arg.startswith(prefix + "="):
+                value = arg[len(prefix) + 1:]
+            else:
+                continue
+            path = value.split(":", 1)[0]
+            if not os.path.isfile(path):
+                where = "" if os.path.isabs(path) else f" (relative to {os.getcwd()})"
+                fail(f"--{config_flag}={value}: no such file{where}: give a config file, e.g. "
+                     f"--{config_flag}=configs/tiny.py")
+
+
+def _describe_flag_error(error: Exception, argv: list[str], config_flag: str) -> str:
+    from absl import flags
+
+    if isinstance(error, flags.Error):
+        message = str(error)
+        if f"--{config_flag}=None" in message:
+            return f"--{config_flag} is required: give a config file, e.g. --{config_flag}=configs/tiny.py"
+        return message.removeprefix("flag ")
+    message = describe(error)
+    if isinstance(error, (KeyError, AttributeError)):  # An override naming a key the schema lacks.
+        message = _unquote(message)
+        key = message.splitlines()[0].strip("'\"")
+        overrides = [a.split("=", 1)[0] for a in argv[1:] if a.lstrip("-").startswith(f"{config_flag}.")]
+        named = [a for a in overrides if key in a.lstrip("-").split(".")]
+        flag = f"{named[0]}: " if named else ""
+        hint = " ".join(message.splitlines()[1:]) or "check the key against the config's schema"
+        return f"{flag}unknown config key {key!r}: {hint}"
+    if "Error whilst parsing config file" in message:  # get_config() raised; its last line says why.
+        lines = [line for line in message.splitlines() if line.strip()]
+        return f"--{config_flag}: the config file failed to load: {lines[-1].strip()}"
+    if "Configuration is not available" in message:
+        return f"--{config_flag}: {message.split(':', 1)[1]}"
+    return message
+
+
+def _unquote(text: str) -> str:
+    """ml_collections wraps a KeyError's message in repr, sometimes twice: undo it."""
+    for _ in range(2):
+        if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":
+            try:
+                text = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                break
+    return text
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with `--verbose` and usage errors as one line (exit 2)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_argument("--verbose", action="store_true", help="show tracebacks for start-up errors")
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{message} (--help lists the arguments)")

@@ -5,24 +5,32 @@
 Rerunning the command on the same run_dir reuses what is done and finishes the rest.
 """
 
-from absl import app, flags
+import logging
+
+from absl import flags
 from ml_collections import config_flags
 
+from hljax import preflight
 from hljax.loop.evaluate import run
 from hljax.loop.run_config import EvalRunConfig
-from launch.common import print_results, setup_logging
+from launch.common import define_verbose_flag, print_results, run_absl, setup_logging, start_up, verbose
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Evaluation config (configs/eval_*.py, adapt_*.py).",
                                           lock_config=True)
+define_verbose_flag()
 
 
 def main(argv):
     del argv
+    with start_up(verbose()):
+        cfg = EvalRunConfig.from_config(_CONFIG.value)
+        checked = preflight.evaluate(cfg)
     setup_logging()
-    summary = run(EvalRunConfig.from_config(_CONFIG.value))
+    logging.getLogger(__name__).info("preflight passed: %s", ", ".join(checked))
+    summary = run(cfg)
     print_results("evaluation finished", summary)
 
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["config"])
-    app.run(main)
+    run_absl(main)

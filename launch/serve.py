@@ -3,19 +3,20 @@
     python -m launch.serve --model runs/tiny-qwen3 --port 30000
 """
 
-import argparse
 import logging
 
 import jax.numpy as jnp
 
+from hljax import preflight
 from hljax import sharding as shd
 from hljax.generate.engine import EngineConfig
 from hljax.generate.local import LocalGenerator
 from hljax.generate.server import Server
+from launch.common import ArgumentParser, start_up
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="HF checkpoint folder")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=30000)
@@ -24,7 +25,10 @@ def main():
     parser.add_argument("--max-seq-len", type=int, default=4096)
     parser.add_argument("--tensor", type=int, default=1, help="tensor-parallel degree (rest goes to fsdp)")
     args = parser.parse_args()
+    with start_up(args.verbose):
+        checked = preflight.serve(args.model, args.host, args.port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.info("preflight passed: %s", ", ".join(checked))
     mesh = shd.make_mesh(shd.MeshConfig(data=1, fsdp=-1, tensor=args.tensor))
     config = EngineConfig(max_batch=args.max_batch, max_seq_len=args.max_seq_len)
     generator = LocalGenerator.from_pretrained(args.model, mesh, config, dtype=getattr(jnp, args.dtype))

@@ -4,30 +4,38 @@
 
 The same command runs on every host of a TPU pod or GPU cluster (set distributed.initialize=True, or
 the JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID variables; docs/scaling.md).
-Rerunning it on a run_dir with checkpoints resumes from the latest one.
+Rerunning it on a run_dir with checkpoints resumes from the latest one. Bad inputs (config, model
+folders, servers, data files, run_dir, disk, sandbox) are one line on stderr and exit 2 within seconds,
+before any model loads (hljax/preflight.py); --verbose shows tracebacks.
 """
 
+import logging
 import sys
 
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 from hljax import distributed as dist
+from hljax import preflight
 from hljax.rl.run_config import RunConfig
-from launch.common import setup_logging
+from launch.common import define_verbose_flag, run_absl, setup_logging, start_up, verbose
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).", lock_config=True)
+define_verbose_flag()
 
 
 def main(argv):
     del argv
-    cfg = RunConfig.from_config(_CONFIG.value)
+    with start_up(verbose()):
+        cfg = RunConfig.from_config(_CONFIG.value)
+        checked = preflight.train(cfg)  # Touches no JAX device: distributed.initialize comes next.
     multi = dist.initialize(cfg.distributed)  # First, before any JAX device exists.
     # Imported after initialize, so that nothing it imports can touch a JAX device first.
     from hljax.rl.trainer import Preempted, Trainer
 
     tag = f"[p{dist.process_index()}/{dist.process_count()}] " if multi else ""
     setup_logging(tag)
+    logging.getLogger(__name__).info("preflight passed: %s", ", ".join(checked))
     try:
         summary = Trainer(cfg).run()
     except Preempted as e:
@@ -42,4 +50,4 @@ def main(argv):
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["config"])
-    app.run(main)
+    run_absl(main)
