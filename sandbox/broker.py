@@ -100,6 +100,9 @@ class Served:
     call: Call
     completions: tuple[Completion, ...] = ()
     failure: str = ""  # Non-empty: the Generator failed; an infrastructure error, not the harness's.
+    # Non-empty: the Generator failed on this call alone while it served others of its batch: the
+    # call's own prompts are at fault, so the harness is told (SolverError), as for a bad argument.
+    refused: str = ""
 
 
 class Broker:
@@ -153,19 +156,33 @@ class Broker:
                 pass
 
     def _serve(self, sampling: SamplingParams, calls: Sequence[Call]) -> list[Served]:
-        prompts = [p for call in calls for p in call.prompts]
         try:
-            if self._config.prompt_mode == "chat":
-                conversations = [[{"role": "user", "content": p}] for p in prompts]
-                out = self._generator.chat(
-                    conversations, sampling, n=1, enable_thinking=self._config.enable_thinking
-                )
-            else:
-                out = self._generator.generate(prompts, sampling, n=1)
-            if len(out) != len(prompts) or any(len(c) != 1 for c in out):
-                raise RuntimeError(f"Generator returned {len(out)} results for {len(prompts)} prompts")
+            return self._complete(sampling, calls)
         except Exception as e:  # noqa: BLE001 - any Generator failure is reported, never raised here.
-            return [Served(call=c, failure=f"{type(e).__name__}: {e}") for c in calls]
+            if len(calls) == 1:
+                return [Served(call=calls[0], failure=f"{type(e).__name__}: {e}")]
+        # One prompt the Generator refuses fails its whole batch: retry each call alone, so that
+        # the others are served and the failure lands on the call that caused it.
+        alone = []
+        for call in calls:
+            try:
+                alone += self._complete(sampling, [call])
+            except Exception as e:  # noqa: BLE001
+                alone.append(Served(call=call, failure=f"{type(e).__name__}: {e}"))
+        if all(s.failure for s in alone):  # The Generator serves nobody: an infrastructure error.
+            return alone
+        return [dataclasses.replace(s, failure="", refused=s.failure) if s.failure else s for s in alone]
+
+    def _complete(self, sampling: SamplingParams, calls: Sequence[Call]) -> list[Served]:
+        """One Generator request for all of `calls`' prompts; raises whatever the Generator raises."""
+        prompts = [p for call in calls for p in call.prompts]
+        if self._config.prompt_mode == "chat":
+            conversations = [[{"role": "user", "content": p}] for p in prompts]
+            out = self._generator.chat(conversations, sampling, n=1, enable_thinking=self._config.enable_thinking)
+        else:
+            out = self._generator.generate(prompts, sampling, n=1)
+        if len(out) != len(prompts) or any(len(c) != 1 for c in out):
+            raise RuntimeError(f"Generator returned {len(out)} results for {len(prompts)} prompts")
         served, start = [], 0
         for call in calls:
             chunk = out[start : start + len(call.prompts)]

@@ -141,6 +141,12 @@ class JobRun:
         self.running_since = None
         self.waiting = True
 
+    def refuse_call(self, message: str) -> None:
+        """The brokered call failed through the job's own fault: no charge, restart the clock."""
+        self.waiting = False
+        self.running_since = time.monotonic()
+        self.send({"t": "refused", "kind": "generator", "message": message})
+
     def answer_call(self, completions: Sequence[Completion]) -> None:
         """Charge the budget, reply with the texts, restart the clock."""
         used = sum(len(c.token_ids) for c in completions)

@@ -278,6 +278,9 @@ class SandboxPool:
             if served.failure:
                 run.fail_infra(f"the Generator failed: {served.failure}")
                 self._kill(run)
+            elif served.refused:  # The harness's own prompt: it gets a SolverError, like a bad argument.
+                run.refuse_call(f"the Generator failed on this call alone: {served.refused}")
+                self._watch_writes(run)
             else:
                 run.answer_call(served.completions)
                 self._watch_writes(run)

@@ -15,9 +15,10 @@ class EchoGenerator:
     prompt_tokens is the prompt's word count. Records every request, so tests can check batching.
     """
 
-    def __init__(self, delay_s: float = 0.0, fail: bool = False):
+    def __init__(self, delay_s: float = 0.0, fail: bool = False, refuse: str = ""):
         self.delay_s = delay_s
         self.fail = fail
+        self.refuse = refuse  # Non-empty: a request with a prompt containing it raises, the whole request.
         self.requests: list[tuple[str, int, SamplingParams]] = []  # (method, batch size, sampling)
         self._lock = threading.Lock()
 
@@ -39,6 +40,8 @@ class EchoGenerator:
             time.sleep(self.delay_s)
         if self.fail:
             raise ConnectionError("solver server unreachable")
+        if self.refuse and any(self.refuse in p for p in prompts):
+            raise ValueError(f"prompt refused: contains {self.refuse!r}")
         return [[self._complete(p, sampling) for _ in range(n)] for p in prompts]
 
     def generate(self, prompts, sampling, *, n=1, return_logprobs=False):

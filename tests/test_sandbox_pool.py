@@ -152,6 +152,21 @@ def test_generator_failure_is_an_infra_error():
     assert ok.status == "ok" and ok.answer == "fine"
 
 
+def test_a_prompt_the_generator_refuses_fails_only_its_own_job():
+    gen = EchoGenerator(refuse="POISON")
+    solver = SolverConfig(batch_window_s=2.0)  # Every job's call waits for the others: one batch.
+    jobs = [Job(ECHO, f"q{i}", tag=f"q{i}") for i in range(4)]
+    jobs.insert(2, Job(ECHO, "POISON pill", tag="bad"))
+    with SandboxPool(SandboxConfig(workers=1, slots_per_worker=5), gen, solver) as p:
+        results = p.run(jobs)
+    ok = [r for r in results if r.tag != "bad"]
+    assert [(r.status, r.answer) for r in ok] == [("ok", f"echo:q{i}") for i in range(4)]
+    bad = results[2]
+    assert bad.status == "error" and not bad.is_infra_error, bad
+    assert bad.error.type == "SolverError" and "prompt refused" in bad.error.message
+    assert [n for _, n, _ in gen.requests] == [5, 1, 1, 1, 1, 1]  # The batch, then each call alone.
+
+
 def test_brokered_time_does_not_count_against_the_deadline():
     code = "def solve(q, solver):\n    return solver.generate(q) + solver.generate(q)\n"
     with SandboxPool(SandboxConfig(workers=1, timeout_s=0.5), EchoGenerator(delay_s=0.4)) as p:
