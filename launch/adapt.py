@@ -12,9 +12,6 @@ import logging
 from absl import flags
 from ml_collections import config_flags
 
-from hljax import preflight
-from hljax.loop.evaluate import run
-from hljax.loop.run_config import ConfigError, EvalRunConfig
 from launch.common import define_verbose_flag, print_results, run_absl, setup_logging, start_up, verbose
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Adaptation config (configs/adapt_*.py).",
@@ -25,6 +22,11 @@ define_verbose_flag()
 def main(argv):
     del argv
     with start_up(verbose()):
+        # Imported once the flags parsed: a flag error comes back without waiting for JAX to load.
+        from hljax import preflight
+        from hljax.loop.evaluate import run
+        from hljax.loop.run_config import ConfigError, EvalRunConfig
+
         cfg = EvalRunConfig.from_config(_CONFIG.value)
         if cfg.evaluation.protocol != "rounds":
             raise ConfigError("launch.adapt runs revision rounds: evaluation.protocol must be 'rounds' "

@@ -10,8 +10,6 @@ import logging
 from absl import flags
 from ml_collections import config_flags
 
-from hljax import preflight
-from hljax.data.collect import CollectConfig, Collector, format_summary
 from launch.common import define_verbose_flag, run_absl, setup_logging, start_up, verbose
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Collector config file (configs/collect_*.py).",
@@ -22,6 +20,10 @@ define_verbose_flag()
 def main(argv):
     del argv
     with start_up(verbose()):
+        # Imported once the flags parsed: a flag error comes back without waiting for JAX to load.
+        from hljax import preflight
+        from hljax.data.collect import CollectConfig, Collector, format_summary
+
         cfg = CollectConfig.from_config(_CONFIG.value)
         checked = preflight.collect(cfg)
     setup_logging()

@@ -10,9 +10,6 @@ import logging
 from absl import flags
 from ml_collections import config_flags
 
-from hljax import preflight
-from hljax.loop.evaluate import run
-from hljax.loop.run_config import EvalRunConfig
 from launch.common import define_verbose_flag, print_results, run_absl, setup_logging, start_up, verbose
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Evaluation config (configs/eval_*.py, adapt_*.py).",
@@ -23,6 +20,11 @@ define_verbose_flag()
 def main(argv):
     del argv
     with start_up(verbose()):
+        # Imported once the flags parsed: a flag error comes back without waiting for JAX to load.
+        from hljax import preflight
+        from hljax.loop.evaluate import run
+        from hljax.loop.run_config import EvalRunConfig
+
         cfg = EvalRunConfig.from_config(_CONFIG.value)
         checked = preflight.evaluate(cfg)
     setup_logging()

@@ -15,9 +15,6 @@ import sys
 from absl import flags
 from ml_collections import config_flags
 
-from hljax import distributed as dist
-from hljax import preflight
-from hljax.rl.run_config import RunConfig
 from launch.common import define_verbose_flag, run_absl, setup_logging, start_up, verbose
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).", lock_config=True)
@@ -27,6 +24,11 @@ define_verbose_flag()
 def main(argv):
     del argv
     with start_up(verbose()):
+        # Imported once the flags parsed: a flag error comes back without waiting for JAX to load.
+        from hljax import distributed as dist
+        from hljax import preflight
+        from hljax.rl.run_config import RunConfig
+
         cfg = RunConfig.from_config(_CONFIG.value)
         checked = preflight.train(cfg)  # Touches no JAX device: distributed.initialize comes next.
     multi = dist.initialize(cfg.distributed)  # First, before any JAX device exists.
