@@ -27,8 +27,6 @@ if TYPE_CHECKING:
     from hljax.loop.run_config import EvalRunConfig
     from hljax.rl.run_config import RunConfig
 
-log = logging.getLogger(__name__)
-
 SERVER_TIMEOUT_S = 3.0  # One GET; a server that does not answer this fast is not up.
 SANDBOX_START_TIMEOUT_S = 15.0
 DISK_FLOOR_BYTES = 256 << 20  # Tiny models: orbax metadata, metrics, tensorboard, exports.
@@ -250,7 +248,7 @@ def train(cfg: RunConfig) -> list[str]:
         if cfg.rollout.backend == "sglang":
             done.append(_timed("rollout.url", check_server, cfg.rollout.url, "rollout.url"))
     need, why = checkpoint_bytes(params, cfg.model.param_dtype, cfg.checkpoint.keep)
-    done.append(_timed(f"disk ({_gb(need)} needed)", check_disk, cfg.run_dir, need, why))
+    done.append(_timed(f"disk {_gb(need)}", check_disk, cfg.run_dir, need, why))
     if cfg.grpo_steps:
         done.append(_timed("sandbox", check_sandbox, cfg.sandbox))
     return done
