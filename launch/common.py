@@ -132,12 +132,14 @@ def _check_config_file(argv: list[str], config_flag: str) -> None:
 def _describe_flag_error(error: Exception, argv: list[str], config_flag: str) -> str:
     from absl import flags
 
+    message = str(error) if isinstance(error, flags.Error) else describe(error)
+    if "Error whilst parsing config file" in message:  # get_config() raised; its last line says why.
+        lines = [line for line in message.splitlines() if line.strip()]
+        return f"--{config_flag}: the config file failed to load: {lines[-1].strip()}"
     if isinstance(error, flags.Error):
-        message = str(error)
         if f"--{config_flag}=None" in message:
             return f"--{config_flag} is required: give a config file, e.g. --{config_flag}=configs/tiny.py"
         return message.removeprefix("flag ")
-    message = describe(error)
     if isinstance(error, (KeyError, AttributeError)):  # An override naming a key the schema lacks.
         message = _unquote(message)
         key = message.splitlines()[0].strip("'\"")
@@ -146,9 +148,6 @@ def _describe_flag_error(error: Exception, argv: list[str], config_flag: str) ->
         flag = f"{named[0]}: " if named else ""
         hint = " ".join(message.splitlines()[1:]) or "check the key against the config's schema"
         return f"{flag}unknown config key {key!r}: {hint}"
-    if "Error whilst parsing config file" in message:  # get_config() raised; its last line says why.
-        lines = [line for line in message.splitlines() if line.strip()]
-        return f"--{config_flag}: the config file failed to load: {lines[-1].strip()}"
     if "Configuration is not available" in message:
         return f"--{config_flag}: {message.split(':', 1)[1]}"
     return message

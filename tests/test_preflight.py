@@ -45,6 +45,9 @@ def _cases(tmp) -> dict[str, tuple[list[str], dict, str]]:
     run = ["--config.run_dir", os.path.join(tmp, "run")]
     tiny = ["launch.train", "--config", "configs/tiny.py", *run]
     llama = _hf_folder(os.path.join(tmp, "llama"), "llama")
+    broken = os.path.join(tmp, "broken_config.py")
+    with open(broken, "w") as f:
+        f.write("def get_config():\n    raise ValueError('tasks.families: no such family')\n")
     blocker = os.path.join(tmp, "a-file")
     with open(blocker, "w") as f:
         f.write("in the way")
@@ -52,6 +55,7 @@ def _cases(tmp) -> dict[str, tuple[list[str], dict, str]]:
         "config file missing": (["launch.train", "--config", "configs/no_such_config.py"], {}, "no such file"),
         "model path missing": ([*tiny, "--config.model.path=/nonexist"], {}, "/nonexist"),
         "non-Qwen config.json": ([*tiny, f"--config.model.path={llama}"], {}, "model_type='llama'"),
+        "config file raises": (["launch.train", "--config", broken], {}, "ValueError: tasks.families: no such family"),
         "malformed override": ([*tiny, "--config.grpo.steps=abc"], {}, "--config.grpo.steps=abc"),
         "misspelt key": ([*tiny, "--config.gpro.steps=3"], {}, "'gpro'"),
         "solver unreachable": ([*tiny, "--config.solver.backend=sglang", f"--config.solver.url={DEAD_URL}",
@@ -84,7 +88,7 @@ def outcomes(tmp_path_factory):
     return {name: (*_launch(argv, env), phrase) for name, (argv, env, phrase) in cases.items()}
 
 
-CASES = ["config file missing", "model path missing", "non-Qwen config.json", "malformed override", "misspelt key",
+CASES = ["config file missing", "config file raises", "model path missing", "non-Qwen config.json", "malformed override", "misspelt key",
          "solver unreachable", "QA file missing", "run dir unwritable", "sandbox unavailable",
          "adapt: config file missing"]
 
