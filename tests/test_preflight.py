@@ -140,6 +140,7 @@ def test_evaluate_and_collect_name_the_bad_entry(tmp_path):
         preflight.evaluate(EvalRunConfig.from_config(c))
     c = collect_tiny.get_config()
     c.run_dir = str(tmp_path / "collect")
+    c.out = str(tmp_path / "collect" / "sft.jsonl")
     c.teacher.backend, c.teacher.api, c.teacher.url, c.teacher.model = "remote", "openai", DEAD_URL, "m"
     c.solver.path = str(tmp_path / "tiny")
     with pytest.raises(preflight.PreflightError, match="teacher.url: no answer from http://127.0.0.1:9 "):
