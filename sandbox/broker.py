@@ -57,6 +57,12 @@ class Call:
     sampling: SamplingParams
 
 
+def _short(value, limit: int = 100) -> str:
+    """`repr(value)`, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def make_call(key: int, msg: dict, config: SolverConfig, budget: Budget) -> Call:
     """Validate a `generate` message against the config and the job's budget; CallRefused if not."""
     prompts = msg.get("prompts")
@@ -69,9 +75,10 @@ def make_call(key: int, msg: dict, config: SolverConfig, budget: Budget) -> Call
     for name, value in raw.items():
         kind = _SAMPLING_KEYS.get(name)
         if kind is None:
-            raise CallRefused("invalid", f"unknown sampling argument {name!r}; allowed: {sorted(_SAMPLING_KEYS)}")
+            # The job's own text is never echoed at length: refusals are sent back to it.
+            raise CallRefused("invalid", f"unknown sampling argument {_short(name)}; allowed: {sorted(_SAMPLING_KEYS)}")
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise CallRefused("invalid", f"sampling argument {name}={value!r} has the wrong type")
+            raise CallRefused("invalid", f"sampling argument {name}={_short(value)} has the wrong type")
         kwargs[name] = value
     if "stop" in kwargs:
         stop = kwargs["stop"]
@@ -89,7 +96,7 @@ def make_call(key: int, msg: dict, config: SolverConfig, budget: Budget) -> Call
         cap = min(sampling.max_new_tokens, config.max_new_tokens_cap, per_prompt)
         sampling = dataclasses.replace(sampling, max_new_tokens=cap)
     except ValueError as e:
-        raise CallRefused("invalid", str(e)) from None
+        raise CallRefused("invalid", str(e)[:200]) from None
     return Call(key=key, prompts=tuple(prompts), sampling=sampling)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 import signal
@@ -16,6 +17,7 @@ from sandbox.results import HarnessError, Job, JobResult
 
 _MAX_ERROR_MESSAGE = 2000
 _MAX_TRACEBACK = 8000
+_READ_CHUNK = 1 << 16
 
 
 def describe_exit(status: int | None) -> str:
@@ -47,6 +49,7 @@ class JobRun:
         self.budget = budget
         self.config = config
         self.reader = protocol.FrameReader(config.max_message_bytes)
+        self.inbox: collections.deque[dict] = collections.deque()  # Read, not yet handled.
         self.outbuf = bytearray()
         self.channel_eof = False  # The job closed (or lost) its end of the channel.
         self.tails = {"out": bytearray(), "err": bytearray()}
@@ -76,7 +79,14 @@ class JobRun:
         return bool(self.outbuf) and self.fds["to"] >= 0
 
     def send(self, msg: dict) -> None:
-        self.outbuf += protocol.to_job(msg)
+        """Queue a reply. Replies the job leaves unread beyond 2 x max_message_bytes are a violation:
+        an honest job reads each reply before its next request, so only one is ever waiting."""
+        frame = protocol.to_job(msg)
+        if self.outbuf and len(self.outbuf) + len(frame) > 2 * self.config.max_message_bytes:
+            self.violate(f"does not read its replies ({len(self.outbuf)} bytes of them waiting)")
+            self.outbuf.clear()
+            return
+        self.outbuf += frame
         self.flush()
 
     def flush(self) -> None:
@@ -92,19 +102,31 @@ class JobRun:
             self.outbuf.clear()
             self.close("to")
 
-    def read_messages(self) -> list[dict]:
-        """Whatever complete messages the job has sent; a malformed stream marks a violation."""
-        msgs = []
-        while self.fds["from"] >= 0 and not self.violation:
+    def read_messages(self, limit: int | None = None, max_bytes: int | None = None) -> list[dict]:
+        """Up to `limit` of the messages the job has sent, reading at most `max_bytes` from its pipe
+        (None: no bound); the rest wait in `inbox`. A malformed stream marks a violation.
+
+        The bounds keep a job that writes faster than the supervisor handles from holding the
+        supervisor's loop (and every other job's deadline) for as long as it keeps writing."""
+        msgs: list[dict] = []
+        budget = math.inf if max_bytes is None else max_bytes
+        while True:
+            while self.inbox and (limit is None or len(msgs) < limit):
+                msgs.append(self.inbox.popleft())
+            if (limit is not None and len(msgs) >= limit) or budget <= 0:
+                break
+            if self.fds["from"] < 0 or self.channel_eof or self.violation:
+                break
             try:
-                data = os.read(self.fds["from"], 1 << 16)
+                data = os.read(self.fds["from"], _READ_CHUNK)
             except BlockingIOError:
                 break
             if not data:
                 self.channel_eof = True
                 break
+            budget -= len(data)
             try:
-                msgs += self.reader.feed(data)
+                self.inbox.extend(self.reader.feed(data))
             except protocol.ProtocolError as e:
                 self.violate(str(e))
         return msgs

@@ -40,6 +40,12 @@ from sandbox.scoring import ScorerProcess
 log = logging.getLogger(__name__)
 
 _READ_CHUNK = 1 << 20
+# What one pass of the supervisor loop takes from one job's channel at most: a job that writes
+# faster than the supervisor handles gets no more than this before deadlines are checked and the
+# other jobs are served again. Messages read beyond it wait in the job's inbox for the next pass.
+_MESSAGES_PER_PASS = 32
+_MESSAGE_BYTES_PER_PASS = 1 << 20
+_MAX_REFUSAL_CHARS = 1000  # A tool's exception may quote its (job-chosen) arguments.
 
 
 class _Worker:
@@ -181,7 +187,10 @@ class SandboxPool:
         try:
             while queued or self._runs:
                 self._fill_slots(jobs, queued, results)
-                self._select(calls)
+                handled = self._select(calls)
+                for run in list(self._runs.values()):  # Messages left over from earlier passes.
+                    if run.key not in handled and self._has_backlog(run):
+                        self._on_messages(run, calls)
                 now = time.monotonic()
                 for run in list(self._runs.values()):
                     self._check_deadlines(run, now)
@@ -238,7 +247,9 @@ class SandboxPool:
         run.send({"t": "job", "code": job.code, "question": job.question, "tools": sorted(job.tools or {})})
         self._watch_writes(run)
 
-    def _select(self, calls: list) -> None:
+    def _select(self, calls: list) -> set[int]:
+        """Handle the events of one select; return the keys of the runs whose messages were handled."""
+        handled = set()
         for key, mask in self._selector.select(self._select_timeout(calls)):
             kind, obj = key.data
             # An earlier event of this batch may have closed this one's descriptor (a job's exit).
@@ -250,17 +261,25 @@ class SandboxPool:
             elif key.fd != obj.fds[kind]:
                 continue
             elif kind == "from":
+                handled.add(obj.key)
                 self._on_messages(obj, calls)
             elif kind == "to":
                 obj.flush()
                 self._watch_writes(obj)
             else:
                 self._on_output(obj, kind)
+        return handled
+
+    @staticmethod
+    def _has_backlog(run: JobRun) -> bool:
+        return bool(run.inbox) and not run.has_exited and not run.kill_sent
 
     def _select_timeout(self, calls: list) -> float:
         now = time.monotonic()
         waits = [1.0]
         for run in self._runs.values():
+            if self._has_backlog(run):
+                return 0.0
             waits.append(run.next_event(now))
         if calls and not self._broker.busy:
             waits.append(calls[0][1] + self.solver.batch_window_s - now)
@@ -280,10 +299,11 @@ class SandboxPool:
                 self._kill(run)
             elif served.refused:  # The harness's own prompt: it gets a SolverError, like a bad argument.
                 run.refuse_call(f"the Generator failed on this call alone: {served.refused}")
-                self._watch_writes(run)
             else:
                 run.answer_call(served.completions)
-                self._watch_writes(run)
+            if run.violation and not run.kill_sent:  # It left earlier replies unread.
+                self._kill(run)
+            self._watch_writes(run)
 
     def _on_control(self, worker: _Worker) -> None:
         while True:
@@ -307,11 +327,17 @@ class SandboxPool:
                 self._end(run, None, 0)
 
     def _on_messages(self, run: JobRun, calls: list) -> None:
-        for msg in run.read_messages():
+        """Handle at most one pass's worth of the job's messages, checking its deadline between them."""
+        for msg in run.read_messages(_MESSAGES_PER_PASS, _MESSAGE_BYTES_PER_PASS):
             self._handle(run, msg, calls)
+            if run.violation or run.has_exited or run.kill_sent:
+                break
+            self._check_deadlines(run, time.monotonic())
+            if run.kill_sent:
+                break
         if run.violation and not run.kill_sent:
             self._kill(run)
-        if run.channel_eof:  # Nothing more will come; stop watching it (EOF stays readable forever).
+        if run.channel_eof and run.fds["from"] >= 0:  # Nothing more will come (EOF stays readable forever).
             self._selector.unregister(run.fds["from"])
             run.close("from")
         self._watch_writes(run)
@@ -346,7 +372,8 @@ class SandboxPool:
         tools = run.job.tools or {}
         name, args, kwargs = msg.get("name"), msg.get("args"), msg.get("kwargs")
         if name not in tools or not isinstance(args, list) or not isinstance(kwargs, dict):
-            return {"t": "refused", "kind": "invalid", "message": f"no tool {name!r} or malformed arguments"}
+            # Never the name back: a refusal must not echo what the job sent (1 MiB names, say).
+            return {"t": "refused", "kind": "invalid", "message": "no such tool, or malformed arguments"}
         if run.budget.tool_calls < 1:
             return {"t": "refused", "kind": "budget", "message": "tool call budget spent"}
         run.budget.tool_calls -= 1
@@ -354,7 +381,8 @@ class SandboxPool:
         try:
             value = tools[name](*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - bad arguments from the harness land here; it sees the error.
-            return {"t": "refused", "kind": "tool", "message": f"{name} raised {type(e).__name__}: {e}"}
+            message = f"{name} raised {type(e).__name__}: {e}"
+            return {"t": "refused", "kind": "tool", "message": message[:_MAX_REFUSAL_CHARS]}
         return {"t": "reply", "value": value}
 
     def _on_output(self, run: JobRun, kind: str) -> bool:

@@ -98,11 +98,12 @@ def guarded(body: str) -> str:
     return GUARD + "\ndef solve(question, solver):\n    if not confined(question):\n        return 'REFUSED'\n" + body
 
 
-def run_among_normals(pool, code: str, question: str = "attack"):
+def run_among_normals(pool, code: str, question: str = "attack", tools=None):
     """Run `code` between normal jobs; check them and the pool; return the attack's result."""
     normals = [Job(NORMAL, f"n{i}", reference=f"echo:n{i}", tag=f"n{i}") for i in range(4)]
     workers = pool.worker_pids
-    results = pool.run(normals[:2] + [Job(code, question, tag="attack")] + normals[2:], lambda a, j: a == j.reference)
+    attack = Job(code, question, tag="attack", tools=tools)
+    results = pool.run(normals[:2] + [attack] + normals[2:], lambda a, j: a == j.reference)
     assert [(r.tag, r.status, r.score) for r in results if r.tag != "attack"] == [
         (f"n{i}", "ok", 1.0) for i in range(4)
     ]
@@ -456,3 +457,102 @@ def test_lone_surrogates_are_replaced_at_the_boundary(pool, code, check):
     assert r.status in ("ok", "error") and check(r), r
     for text in (r.answer or "", r.error.message if r.error else "", r.error.traceback if r.error else ""):
         text.encode("utf-8")  # What reports, logs and the Generator do with them.
+
+
+# ----- floods on the job channel (issue 19, items 4 and 5) ----------------------------------------------
+
+
+class PeakRss:
+    """Samples this process's resident size in a thread; `growth` is the peak over the start, in bytes."""
+
+    def __init__(self):
+        import threading
+
+        self._stop = threading.Event()
+        self.start = self.peak = self._rss()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    @staticmethod
+    def _rss() -> int:
+        return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def _sample(self):
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, self._rss())
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.start
+
+
+def test_message_flood_does_not_stall_the_supervisor_or_its_deadlines(pool):
+    # Tool calls written as fast as the pipe takes them for 4 s (twice the deadline); a thread
+    # drains the replies so that only the flood itself is measured.
+    code = (
+        "import json, os, threading, time\n"
+        "def drain():\n"
+        "    while os.read(3, 1 << 16):\n"
+        "        pass\n"
+        "def solve(q, s):\n"
+        "    threading.Thread(target=drain, daemon=True).start()\n"
+        "    body = json.dumps({'t': 'tool', 'name': 'nope', 'args': [], 'kwargs': {}}).encode()\n"
+        "    frames = (len(body).to_bytes(4, 'big') + body) * 2000\n"
+        "    end = time.monotonic() + 4\n"
+        "    while time.monotonic() < end:\n"
+        "        os.write(4, frames)\n"
+        "    return 'done'\n"
+    )
+    started = time.monotonic()
+    r = run_among_normals(pool, code)
+    elapsed = time.monotonic() - started
+    assert r.status == "timeout", r
+    assert r.run_s < CONFIG.timeout_s + 0.5, r.run_s
+    assert elapsed < CONFIG.timeout_s + 2.5, elapsed  # The after-run included; the flood lasted 4 s.
+
+
+def test_refusals_do_not_echo_requests_that_are_never_read(pool):
+    # 1 MiB tool names and sampling keys, replies never read: refusals must not echo them.
+    code = (
+        "import json, os, time\n"
+        "def frame(msg):\n"
+        "    body = json.dumps(msg).encode()\n"
+        "    return len(body).to_bytes(4, 'big') + body\n"
+        "def solve(q, s):\n"
+        "    big = 'x' * (1 << 20)\n"
+        "    frames = (frame({'t': 'tool', 'name': big, 'args': [], 'kwargs': {}})\n"
+        "              + frame({'t': 'generate', 'prompts': ['p'], 'sampling': {big: 1}}))\n"
+        "    end = time.monotonic() + 4\n"
+        "    while time.monotonic() < end:\n"
+        "        os.write(4, frames)\n"
+        "    return 'done'\n"
+    )
+    with PeakRss() as rss:
+        r = run_among_normals(pool, code)
+    assert r.status in ("timeout", "crashed"), r
+    assert rss.growth < 3 * CONFIG.max_message_bytes + (32 << 20), rss.growth
+
+
+def test_replies_left_unread_past_the_bound_are_a_violation(pool):
+    # A tool with 1 MiB results, called without reading them: the supervisor holds at most
+    # 2 x max_message_bytes of replies for the job, then ends it.
+    code = (
+        "import json, os, time\n"
+        "def solve(q, s):\n"
+        "    body = json.dumps({'t': 'tool', 'name': 'big', 'args': [], 'kwargs': {}}).encode()\n"
+        "    for _ in range(64):\n"
+        "        os.write(4, len(body).to_bytes(4, 'big') + body)\n"
+        "    time.sleep(10)\n"
+    )
+    with PeakRss() as rss:
+        r = run_among_normals(pool, code, tools={"big": lambda: "x" * (1 << 20)})
+    assert r.status == "crashed" and "does not read its replies" in r.reason, r
+    assert r.run_s < 1.5, r.run_s
+    assert rss.growth < 3 * CONFIG.max_message_bytes + (32 << 20), rss.growth
