@@ -22,6 +22,12 @@ class SandboxConfig:
     workers: int = 2  # Fork servers; a dead one takes only its own running jobs down.
     slots_per_worker: int = 4  # Jobs running at once in one fork server.
     timeout_s: float = 10.0  # Wall clock of the job's own running, not counting brokered calls.
+    # Wall clock from spawn to exit, brokered calls included. The clock above pauses while a solver
+    # call is pending, so a thread the harness leaves spinning meanwhile is bounded by this budget
+    # (and by `cpu_seconds` of CPU, which counts every thread), not only by the CPU limit. Set it
+    # above what `SolverConfig.max_calls` calls take on a busy Generator: a job past it is a timeout.
+    # None: 10 x timeout_s (see `wall_budget_s`).
+    wall_timeout_s: float | None = None
     memory_bytes: int = 1 << 30  # RLIMIT_AS per job; threads' stacks count against it.
     file_size_bytes: int = 16 << 20  # RLIMIT_FSIZE per job.
     open_files: int = 64  # RLIMIT_NOFILE per job.
@@ -60,12 +66,21 @@ class SandboxConfig:
             raise ValueError("timeout_s, kill_grace_s, start_timeout_s and scorer_timeout_s must be > 0")
         if self.scorer_parallel < 1:
             raise ValueError(f"scorer_parallel must be >= 1, got {self.scorer_parallel}")
+        if self.wall_budget_s < self.timeout_s:
+            raise ValueError(f"wall_timeout_s ({self.wall_timeout_s}) must be >= timeout_s ({self.timeout_s})")
         if self.memory_bytes < 64 << 20:
             raise ValueError(f"memory_bytes below 64 MiB cannot run Python, got {self.memory_bytes}")
 
     @property
+    def wall_budget_s(self) -> float:
+        """A job's wall clock from spawn to exit, brokered calls included."""
+        return 10 * self.timeout_s if self.wall_timeout_s is None else self.wall_timeout_s
+
+    @property
     def cpu_seconds(self) -> int:
-        """RLIMIT_CPU: a backstop for the deadline (which pauses during brokered calls), never the cause."""
+        """RLIMIT_CPU, all threads together: a backstop for the deadlines, rarely the cause. While the
+        deadline clock pauses during brokered calls, a spinning thread can reach it before
+        `wall_timeout_s`; either way the job is stopped with its own fault."""
         return int(2 * self.timeout_s) + 2
 
 

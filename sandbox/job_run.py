@@ -55,12 +55,14 @@ class JobRun:
         self.tails = {"out": bytearray(), "err": bytearray()}
         self.nbytes = {"out": 0, "err": 0}
         self.run_s = 0.0
+        self.started = time.monotonic()  # For the wall budget, which counts brokered calls too.
         self.running_since: float | None = time.monotonic()  # None while a brokered call is pending.
         self.waiting = False
         self.solver_calls = self.prompt_tokens = self.completion_tokens = self.tool_calls = 0
         self.result: dict | None = None
         self.violation = ""
         self.timed_out = False
+        self.timeout_reason = ""
         self.infra = ""
         self.kill_sent_at: float | None = None
         self.has_exited = False
@@ -182,7 +184,7 @@ class JobRun:
         self.send({"t": "reply", "value": [c.text for c in completions]})
 
     def over_deadline(self, now: float) -> bool:
-        return self.elapsed(now) > self.config.timeout_s
+        return self.elapsed(now) > self.config.timeout_s or now - self.started > self.config.wall_budget_s
 
     def elapsed(self, now: float) -> float:
         return self.run_s + (now - self.running_since if self.running_since is not None else 0.0)
@@ -193,14 +195,22 @@ class JobRun:
             return math.inf
         if self.kill_sent_at is not None:
             return self.kill_sent_at + self.config.kill_grace_s - now
+        wall = self.started + self.config.wall_budget_s - now
         if self.running_since is None:
-            return math.inf
-        return self.config.timeout_s - self.elapsed(now)
+            return wall
+        return min(wall, self.config.timeout_s - self.elapsed(now))
 
     def time_out(self) -> None:
-        self.run_s = self.elapsed(time.monotonic())
+        now = time.monotonic()
+        self.run_s = self.elapsed(now)
         self.running_since = None
         self.timed_out = True
+        if self.run_s > self.config.timeout_s:
+            self.timeout_reason = f"ran past the {self.config.timeout_s:g}s deadline and was killed"
+        else:
+            self.timeout_reason = (
+                f"ran past the {self.config.wall_budget_s:g}s wall budget (solver calls included) and was killed"
+            )
 
     def fail_infra(self, reason: str) -> None:
         if not self.infra:
@@ -225,7 +235,7 @@ class JobRun:
         if self.infra:
             status, reason = "infra_error", self.infra
         elif self.timed_out and self.result is None:
-            status, reason = "timeout", f"ran past the {self.config.timeout_s:g}s deadline and was killed"
+            status, reason = "timeout", self.timeout_reason
         elif self.violation:
             reason = self.violation
         elif self.result is not None and "answer" in self.result:

@@ -10,6 +10,7 @@ namespace with no capabilities and under the seccomp filter; otherwise the test 
 reason. The attack code also re-checks this itself and refuses to act if it does not hold.
 """
 
+import dataclasses
 import json
 import os
 import socket
@@ -556,3 +557,24 @@ def test_replies_left_unread_past_the_bound_are_a_violation(pool):
     assert r.status == "crashed" and "does not read its replies" in r.reason, r
     assert r.run_s < 1.5, r.run_s
     assert rss.growth < 3 * CONFIG.max_message_bytes + (32 << 20), rss.growth
+
+
+def test_cpu_burnt_while_solver_calls_pause_the_clock_is_bounded_by_the_wall_budget():
+    # The deadline clock pauses while a solver call is pending; a thread spinning meanwhile is held
+    # by the wall budget (brokered time included), not only by the CPU limit.
+    config = dataclasses.replace(CONFIG, wall_timeout_s=3.0)
+    code = (
+        "import threading\n"
+        "def spin():\n"
+        "    while True:\n"
+        "        pass\n"
+        "def solve(q, s):\n"
+        "    threading.Thread(target=spin, daemon=True).start()\n"
+        "    for i in range(16):\n"
+        "        s.generate(f'call {i}')\n"
+        "    return 'done'\n"
+    )
+    with SandboxPool(config, EchoGenerator(delay_s=0.6)) as p:
+        r = run_among_normals(p, code)
+    assert r.status == "timeout" and "wall budget" in r.reason, r
+    assert r.run_s < config.timeout_s, r.run_s  # Its own clock alone would not have stopped it.
