@@ -1,11 +1,12 @@
 """The command lines that start a fork server or the scorer process: under bubblewrap, or bare (rlimits only).
 
-The bubblewrap layout: new pid, net, ipc and uts namespaces; all capabilities dropped; the sandbox
-dies with its parent; a read-only view of /usr (with the /bin, /lib, ... links of a merged-/usr
-system), of the Python install and of this package; a fresh /proc and a minimal /dev; a private,
-size-capped tmpfs at /tmp for work dirs; everything else absent (no /etc, no /home, no /root, no
-repository); the environment scrubbed to a fixed allow-list. The scorer process gets the same
-layout plus read-only site-packages and the packages holding the scorers (`hljax`), as it must
+The bubblewrap layout: new user, pid, net, ipc and uts namespaces, uid and gid 65534 (nobody)
+inside; all capabilities dropped; the sandbox dies with its parent; a read-only view of /usr (with
+the /bin, /lib, ... links of a merged-/usr system), of the Python install and of this package; a
+fresh /proc with /proc/sys read-only and a minimal /dev; a private, size-capped tmpfs at /tmp for
+work dirs; everything else absent (no /etc, no /home, no /root, no repository); the environment
+scrubbed to a fixed allow-list. The scorer process gets the same layout plus read-only
+site-packages and the packages holding the scorers (`hljax`), as it must
 import reasoning-gym; it never holds a harness's process, only answers (see sandbox/scoring.py).
 """
 
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 SANDBOX_ROOT = "/opt/hljax"  # Where the `sandbox` package appears inside bubblewrap.
 JOBS_DIR = "/tmp/jobs"
+SANDBOX_UID = 65534  # nobody: the uid and gid of everything inside bubblewrap.
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
 
@@ -139,6 +141,8 @@ def _bwrap_args(config: SandboxConfig, binds: list[tuple[str, str]], env: dict) 
         )
     _announce(bwrap)
     args = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
+    # Inside, everything runs as nobody (uid and gid 65534) in a user namespace of its own.
+    args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
     for key, value in env.items():
         args += ["--setenv", key, value]
@@ -148,7 +152,10 @@ def _bwrap_args(config: SandboxConfig, binds: list[tuple[str, str]], env: dict) 
             args += ["--ro-bind", path, path]
     for host, inside in binds:
         args += ["--ro-bind", host, inside]
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(config.tmpfs_bytes), "--tmpfs", "/tmp"]
+    # /proc/sys read-only: its knobs (kernel/core_pattern, vm/drop_caches, ...) are the host's, and
+    # their permission checks look at the host uid, which the user namespace maps to the caller's.
+    args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+    args += ["--dev", "/dev", "--size", str(config.tmpfs_bytes), "--tmpfs", "/tmp"]
     return args + ["--remount-ro", "/", "--chdir", "/tmp", "--"]
 
 

@@ -578,3 +578,27 @@ def test_cpu_burnt_while_solver_calls_pause_the_clock_is_bounded_by_the_wall_bud
         r = run_among_normals(p, code)
     assert r.status == "timeout" and "wall budget" in r.reason, r
     assert r.run_s < config.timeout_s, r.run_s  # Its own clock alone would not have stopped it.
+
+
+# ----- privileges and kernel knobs (issue 19, items 2, 3, 8) --------------------------------------------
+
+
+def test_jobs_are_not_root_and_proc_sys_is_read_only(pool):
+    # Opens for writing only, never writes: on an unconfined machine these knobs are the host's.
+    knobs = ["/proc/sys/kernel/core_pattern", "/proc/sys/vm/overcommit_memory", "/proc/sys/vm/drop_caches"]
+    code = (
+        "import errno, json, os\n"
+        "def solve(q, s):\n"
+        "    opened = []\n"
+        f"    for path in {knobs!r}:\n"
+        "        try:\n"
+        "            os.close(os.open(path, os.O_WRONLY))\n"
+        "            opened.append('opened')\n"
+        "        except OSError as e:\n"
+        "            opened.append(errno.errorcode[e.errno])\n"
+        "    return json.dumps({'uid': os.getuid(), 'gid': os.getgid(), 'opened': opened})\n"
+    )
+    r = run_among_normals(pool, code)
+    info = json.loads(r.answer)
+    assert (info["uid"], info["gid"]) == (65534, 65534), info
+    assert info["opened"] == ["EROFS"] * 3, info
