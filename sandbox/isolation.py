@@ -3,7 +3,7 @@
 The bubblewrap layout: new user, pid, net, ipc and uts namespaces, uid and gid 65534 (nobody)
 inside; all capabilities dropped; the sandbox dies with its parent; a read-only view of /usr (with
 the /bin, /lib, ... links of a merged-/usr system), of the Python install and of this package; a
-fresh /proc with /proc/sys read-only and a minimal /dev; a private, size-capped tmpfs at /tmp for
+fresh /proc with /proc/sys read-only and a minimal, read-only /dev; a private, size-capped tmpfs at /tmp for
 work dirs; everything else absent (no /etc, no /home, no /root, no repository); the environment
 scrubbed to a fixed allow-list. The scorer process gets the same layout plus read-only
 site-packages and the packages holding the scorers (`hljax`), as it must
@@ -155,7 +155,9 @@ def _bwrap_args(config: SandboxConfig, binds: list[tuple[str, str]], env: dict) 
     # /proc/sys read-only: its knobs (kernel/core_pattern, vm/drop_caches, ...) are the host's, and
     # their permission checks look at the host uid, which the user namespace maps to the caller's.
     args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
-    args += ["--dev", "/dev", "--size", str(config.tmpfs_bytes), "--tmpfs", "/tmp"]
+    # /dev read-only, /dev/shm included: it is an uncapped tmpfs whose files no job's limit counts.
+    # Device nodes (/dev/null, /dev/urandom) stay writable; only /tmp takes files, size-capped.
+    args += ["--dev", "/dev", "--remount-ro", "/dev", "--size", str(config.tmpfs_bytes), "--tmpfs", "/tmp"]
     return args + ["--remount-ro", "/", "--chdir", "/tmp", "--"]
 
 

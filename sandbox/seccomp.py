@@ -26,6 +26,7 @@ _DENY_ALWAYS = (
     "io_uring_register", "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key",
     "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "kexec_load", "init_module",
     "socket", "socketpair", "setrlimit", "prlimit64",
+    "memfd_create", "memfd_secret",  # Anonymous files: memory that RLIMIT_AS does not count.
     "finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct", "quotactl",
 )  # fmt: skip
 _SIGNAL_SYSCALLS = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")

@@ -602,3 +602,30 @@ def test_jobs_are_not_root_and_proc_sys_is_read_only(pool):
     info = json.loads(r.answer)
     assert (info["uid"], info["gid"]) == (65534, 65534), info
     assert info["opened"] == ["EROFS"] * 3, info
+
+
+def test_no_memory_outside_the_job_limit_through_dev_or_memfd(pool):
+    # 20 files of 15 MiB (RLIMIT_FSIZE caps each file, not their number): 300 MiB, past the job's
+    # 256 MiB address space, held in /dev/shm, in /dev itself, or in memfds.
+    code = (
+        "import errno, os\n"
+        "def hold(create):\n"
+        "    chunk, fds = b'x' * (15 << 20), []\n"
+        "    try:\n"
+        "        for i in range(20):\n"
+        "            fds.append(create(i))\n"
+        "            os.write(fds[-1], chunk)\n"
+        "        return f'held {15 * len(fds)} MiB'\n"
+        "    except OSError as e:\n"
+        "        return f'{errno.errorcode[e.errno]} after {15 * max(0, len(fds) - 1)} MiB'\n"
+        "    finally:\n"
+        "        for fd in fds:\n"
+        "            os.close(fd)\n"
+        "def solve(q, s):\n"
+        "    flags = os.O_WRONLY | os.O_CREAT\n"
+        "    return ','.join([hold(lambda i: os.open(f'/dev/shm/hog{i}', flags, 0o600)),\n"
+        "                     hold(lambda i: os.open(f'/dev/hog{i}', flags, 0o600)),\n"
+        "                     hold(lambda i: os.memfd_create(f'hog{i}'))])\n"
+    )
+    r = run_among_normals(pool, code)
+    assert r.answer == "EROFS after 0 MiB,EROFS after 0 MiB,EPERM after 0 MiB", r
