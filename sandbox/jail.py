@@ -108,3 +108,60 @@ class Jail:
             struct.pack_into("=I", self._program, at, pid)
         if self._prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, self._fprog_address, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def remove_tree(path: str, max_steps: int = 1_000_000) -> None:
+    """Remove a dead job's work dir, best effort, and never raise.
+
+    Iterative, one descriptor open at a time, relative to it: no nesting depth can exhaust the
+    recursion limit (shutil.rmtree raised RecursionError past ~1,000 levels), descriptors or PATH_MAX.
+    What cannot be removed (a dir the job made unreadable and that stays so) is left in the tmpfs,
+    whose size is capped."""
+    try:
+        os.rmdir(path)  # The common case: the job wrote no files.
+        return
+    except OSError:
+        pass
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError:
+        return
+    names: list[str] = []  # From `path` down to the dir `fd` is open on.
+    try:
+        for _ in range(max_steps):
+            child = None
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        child = entry.name
+                        break
+                    try:
+                        os.unlink(entry.name, dir_fd=fd)
+                    except OSError:
+                        pass
+            if child is not None:
+                try:
+                    os.chmod(child, 0o700, dir_fd=fd, follow_symlinks=False)
+                    sub = os.open(child, _DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    return  # Cannot go down: give up rather than loop on it.
+                os.close(fd)
+                fd, _ = sub, names.append(child)
+                continue
+            if not names:
+                break
+            parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            os.rmdir(names.pop(), dir_fd=fd)
+    except OSError:
+        return
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass

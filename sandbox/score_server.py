@@ -27,7 +27,6 @@ import math
 import os
 import pickle
 import select
-import shutil
 import signal
 import socket
 import struct
@@ -159,7 +158,7 @@ class ScoreServer:
                     _, status = os.waitpid(pid, 0)
                     report = _read_all(read_fd)
                     os.close(read_fd)
-                    shutil.rmtree(work_dir, ignore_errors=True)
+                    jail.remove_tree(work_dir)
                     results[i] = self._result(report, status, i in timed_out)
                 now = time.monotonic()
                 for pidfd, (i, _, _, deadline, _) in running.items():

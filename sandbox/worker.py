@@ -19,7 +19,6 @@ import importlib
 import json  # Only to read the startup config.
 import os
 import select
-import shutil
 import signal
 import socket
 import sys
@@ -42,7 +41,7 @@ class ForkServer:
         # copy-on-write fault, and selectors' bookkeeping writes many.
         self.epoll = select.epoll()
         self.epoll.register(self.control.fileno(), select.EPOLLIN)
-        self.children: dict[int, tuple[int, int]] = {}  # job -> (pid, pidfd)
+        self.children: dict[int, tuple[int, int, str]] = {}  # job -> (pid, pidfd, work dir)
         self.by_pidfd: dict[int, int] = {}  # pidfd -> job
 
     def serve(self) -> None:
@@ -80,6 +79,8 @@ class ForkServer:
         return True
 
     def _spawn(self, job: int, fds: list[int]) -> None:
+        # An unguessable name: jobs share /tmp, and a job could otherwise create the next job's dir first.
+        work_dir = f"{self.config['tmp_root']}/{job}-{os.urandom(8).hex()}"
         try:
             pid = os.fork()
         except OSError as e:
@@ -88,18 +89,18 @@ class ForkServer:
             protocol.send_control(self.control, protocol.Control(protocol.SPAWN_FAILED, job, e.errno or 0))
             return
         if pid == 0:
-            self._child(job, fds)
+            self._child(fds, work_dir)
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
-        self.children[job] = (pid, pidfd)
+        self.children[job] = (pid, pidfd, work_dir)
         self.by_pidfd[pidfd] = job
         self.epoll.register(pidfd, select.EPOLLIN)
 
-    def _child(self, job: int, fds: list[int]) -> None:
+    def _child(self, fds: list[int], work_dir: str) -> None:
         """In the forked child: confine, run the job, never return."""
         try:
-            self.jail.confine(fds, f"{self.config['tmp_root']}/{job}")
+            self.jail.confine(fds, work_dir)
             runner.run_job(jail.JOB_IN_FD, jail.JOB_OUT_FD, self.config["max_frames"], self.config["max_answer_chars"])
         except BaseException:  # noqa: BLE001 - report our own failure on stderr, then exit non-zero.
             try:
@@ -109,20 +110,16 @@ class ForkServer:
         os._exit(5)  # run_job exits by itself; reaching here is a bug.
 
     def _on_exit(self, job: int) -> None:
-        pid, pidfd = self.children.pop(job)
+        pid, pidfd, work_dir = self.children.pop(job)
         # Explicitly: a child forked meanwhile may still hold a copy, which would keep it registered.
         self.epoll.unregister(pidfd)
         os.close(pidfd)
         _, status, usage = os.wait4(pid, 0)
-        work_dir = f"{self.config['tmp_root']}/{job}"
-        try:
-            os.rmdir(work_dir)  # The common case: the job wrote no files.
-        except OSError:
-            shutil.rmtree(work_dir, ignore_errors=True)
+        jail.remove_tree(work_dir)
         protocol.send_control(self.control, protocol.Control(protocol.EXITED, job, status, usage.ru_maxrss))
 
     def _shutdown(self) -> None:
-        for pid, pidfd in self.children.values():
+        for pid, pidfd, _ in self.children.values():
             _kill(pidfd)
             os.waitpid(pid, 0)
 

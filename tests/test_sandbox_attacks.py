@@ -629,3 +629,31 @@ def test_no_memory_outside_the_job_limit_through_dev_or_memfd(pool):
     )
     r = run_among_normals(pool, code)
     assert r.answer == "EROFS after 0 MiB,EROFS after 0 MiB,EPERM after 0 MiB", r
+
+
+# ----- jobs sabotaging their fork server's other jobs (issue 19, item 6) ---------------------------------
+
+
+def test_squatted_work_dirs_and_deep_trees_do_not_break_other_jobs_or_the_fork_server(pool):
+    # Work dirs were /tmp/jobs/<job number>: a job could create the next ones (their mkdir then
+    # failed), and 1,500 nested dirs made the fork server's cleanup raise RecursionError.
+    code = (
+        "import os\n"
+        "def solve(q, s):\n"
+        "    here = os.getcwd()\n"
+        "    base, name = os.path.split(here)\n"
+        "    k = int(name) if name.isdigit() else 0\n"
+        "    for i in range(k + 1, k + 200):\n"
+        "        try:\n"
+        "            os.mkdir(f'{base}/{i}')\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    for _ in range(1500):\n"
+        "        os.mkdir('d')\n"
+        "        os.chdir('d')\n"
+        "    open('f', 'w').write('x')\n"
+        "    return 'planted'\n"
+    )
+    assert run_among_normals(pool, code).answer == "planted"
+    results = pool.run([Job(NORMAL, f"m{i}", reference=f"echo:m{i}") for i in range(12)], lambda a, j: a == j.reference)
+    assert [r.score for r in results] == [1.0] * 12, results
