@@ -55,38 +55,17 @@ EDITS = [
     ("helpful", "Remind the solver to answer only in the requested format.",
      block(RETURN, '    prompt = question + "\\n\\nReply with the final answer only, exactly in the format asked above."\n'
                    "    return solver.generate(prompt, temperature=0.0).strip()")),
-    ("helpful", "Repeat the answer-format line at the end of the prompt.",
-     block(RETURN, '    demand = [line for line in question.splitlines() if line.startswith("Answer format:")]\n'
-                   '    prompt = question + "\\n\\n" + "\\n".join(demand)\n'
-                   "    return solver.generate(prompt, temperature=0.0).strip()")),
     # neutral
     ("neutral", "Use greedy decoding so the answer is stable.",
      block(RETURN, "    return solver.generate(question, temperature=0.0).strip()")),
-    ("neutral", "Give the solver more room and decode greedily.",
-     block(RETURN, "    return solver.generate(question, max_new_tokens=512, temperature=0.0).strip()")),
-    ("neutral", "Retry once when the solver returns nothing.",
-     block(RETURN, "    reply = solver.generate(question, temperature=0.0).strip()\n"
-                   "    if not reply:\n"
-                   "        reply = solver.generate(question, temperature=0.7).strip()\n"
-                   "    return reply")),
     ("neutral", "Frame the solver as a careful expert.",
      block(RETURN, '    prompt = "You are a careful expert. Solve the problem exactly.\\n\\n" + question\n'
                    "    return solver.generate(prompt, temperature=0.0).strip()")),
-    ("neutral", "Collapse whitespace in the reply, which some formats trip over.",
-     block(f"{SIGNATURE}\n{RETURN}", f"import re\n\n\n{SIGNATURE}\n"
-                                     "    reply = solver.generate(question, temperature=0.0).strip()\n"
-                                     '    return re.sub(r"\\s+", " ", reply)')),
     ("neutral", "Keep only the last non-empty line, where the final answer usually is.",
      block(RETURN, "    reply = solver.generate(question, temperature=0.0).strip()\n"
                    "    lines = [line for line in reply.splitlines() if line.strip()]\n"
                    '    return lines[-1].strip() if lines else ""')),
-    # harmful (voting at temperature 0.7: each sample is a little worse and the format splits the votes)
-    ("harmful", "Sample three answers and keep the most common one.",
-     block(RETURN, "    answers = [a.strip() for a in solver.generate_batch([question] * 3, temperature=0.7)]\n"
-                   "    answers = [a for a in answers if a]\n"
-                   "    if not answers:\n"
-                   '        return ""\n'
-                   "    return max(set(answers), key=answers.count)")),
+    # harmful
     ("harmful", "Ask for step-by-step reasoning before the answer.",
      block(RETURN, '    prompt = question + "\\n\\nThink step by step, then give the final answer in the requested format."\n'
                    "    return solver.generate(prompt).strip()")),
@@ -96,8 +75,7 @@ EDITS = [
     ("harmful", "Cut the answer-format line to keep the prompt short.",
      block(RETURN, '    lines = [line for line in question.splitlines() if not line.startswith("Answer format:")]\n'
                    '    return solver.generate("\\n".join(lines), temperature=0.0).strip()')),
-    ("harmful", "Cap the reply at 8 tokens to save budget.",
-     block(RETURN, "    return solver.generate(question, max_new_tokens=8, temperature=0.0).strip()")),
+
 ]
 
 

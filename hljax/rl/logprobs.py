@@ -33,11 +33,14 @@ def _chunk_logprobs(h: jax.Array, w: jax.Array, vocab_major: bool, targets: jax.
 
 
 def sequence_logprobs(
-    model: Qwen3, seqs: Sequences, *, temperature: float = 1.0, chunk: int = 256
+    model: Qwen3, seqs: Sequences, *, temperature: float = 1.0, chunk: int = 256, masked_only: bool = False
 ) -> tuple[jax.Array, jax.Array]:
     """-> (logp [B, L], entropy [B, L]) of token t + 1 at position t, under log_softmax(logits / T).
 
-    The last position has no target and gets 0. L must be a multiple of `chunk` or smaller."""
+    The last position has no target and gets 0. L must be a multiple of `chunk` or smaller.
+    masked_only: chunks where no row has a loss_mask position skip the vocabulary projection and
+    give 0 (for losses and old log-probs, which read only loss_mask positions: a long prompt's
+    chunks then cost no [B, C, V] logits)."""
     B, L = seqs.tokens.shape
     positions = jnp.maximum(jnp.cumsum(seqs.attention_mask, axis=1) - 1, 0)
     h = model.hidden_states(seqs.tokens, positions, seqs.attention_mask)  # [B, L, D]
@@ -50,7 +53,13 @@ def sequence_logprobs(
     tc = targets.reshape(B, n, C).swapaxes(0, 1)
     w, vocab_major = model.head_weight(), model.cfg.tie_word_embeddings
     step = jax.checkpoint(lambda hh, tt: _chunk_logprobs(hh, w, vocab_major, tt, temperature))
-    logp, ent = jax.lax.map(lambda xs: step(*xs), (hc, tc))  # [n, B, C]
+    if masked_only:
+        needed = (seqs.loss_mask.reshape(B, n, C) > 0).any(axis=(0, 2))  # [n]
+        zeros = jnp.zeros((B, C), jnp.float32)
+        logp, ent = jax.lax.map(lambda xs: jax.lax.cond(xs[2], lambda: step(xs[0], xs[1]), lambda: (zeros, zeros)),
+                                (hc, tc, needed))
+    else:
+        logp, ent = jax.lax.map(lambda xs: step(*xs), (hc, tc))  # [n, B, C]
     logp = logp.swapaxes(0, 1).reshape(B, L)
     ent = ent.swapaxes(0, 1).reshape(B, L)
     last = jnp.arange(L)[None, :] == L - 1

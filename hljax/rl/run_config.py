@@ -235,7 +235,9 @@ def typed(cls, values: dict, where: str):
         hint = hints[name]
         if dataclasses.is_dataclass(hint) and isinstance(value, dict):
             value = typed(hint, value, f"{where}.{name}")
-        elif typing.get_origin(hint) is tuple and isinstance(value, (list, tuple)):
+        elif typing.get_origin(hint) is tuple:
+            if not isinstance(value, (list, tuple)):
+                raise ConfigError(f"{where}.{name}={value!r} must be a tuple, e.g. ('a', 'b') (a string is not one)")
             value = tuple(value)
         elif typing.get_origin(hint) is Literal and value not in typing.get_args(hint):
             raise ConfigError(f"{where}.{name}={value!r} is not one of {typing.get_args(hint)}")

@@ -80,7 +80,8 @@ def global_batch(local: TrainBatch, mesh: jax.sharding.Mesh, batch_size: int) ->
 
 def _loss(params, graphdef, micro: TrainBatch, cfg: LossConfig):
     model = nnx.merge(graphdef, params)
-    logp, entropy = sequence_logprobs(model, micro.seqs, temperature=cfg.temperature, chunk=cfg.logprob_chunk)
+    logp, entropy = sequence_logprobs(model, micro.seqs, temperature=cfg.temperature, chunk=cfg.logprob_chunk,
+                                      masked_only=True)
     mask = micro.seqs.loss_mask
     if cfg.mode == "sft":
         loss_sum, denom = sft.masked_cross_entropy(logp, mask)
@@ -128,8 +129,9 @@ def train_step(model: Qwen3, optimizer: nnx.Optimizer, batch: TrainBatch, cfg: L
 
 @functools.partial(nnx.jit, static_argnames=("temperature", "chunk"))
 def sequence_logprobs_jit(model: Qwen3, seqs: Sequences, temperature: float, chunk: int) -> jax.Array:
-    """[b, L] log-probs of the targets (old or reference log-probs; no gradient)."""
-    return sequence_logprobs(model, seqs, temperature=temperature, chunk=chunk)[0]
+    """[b, L] log-probs of the targets at loss_mask positions, 0 elsewhere (old or reference
+    log-probs; no gradient)."""
+    return sequence_logprobs(model, seqs, temperature=temperature, chunk=chunk, masked_only=True)[0]
 
 
 def local_logprobs(model: Qwen3, mesh: jax.sharding.Mesh, seqs: Sequences, batch_size: int, n_micro: int,
