@@ -25,3 +25,18 @@ def test_readme_load_and_score_example(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r"sum logprob: -\d+\.\d+", out.stdout), out.stdout
     assert os.path.exists(tmp_path / "runs/tiny-qwen3-export/model.safetensors")
+
+
+def test_doc_links_resolve_inside_the_repo():
+    """Every relative link in README.md and docs/*.md names a file of this repository (no ../ outside it)."""
+    import glob
+
+    for doc in [os.path.join(ROOT, "README.md"), *glob.glob(os.path.join(ROOT, "docs", "*.md"))]:
+        text = open(doc).read()
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if re.match(r"[a-z]+://", target):
+                continue
+            path = os.path.normpath(os.path.join(os.path.dirname(doc), target))
+            assert path.startswith(ROOT + os.sep), f"{doc}: link {target} leaves the repository"
+            assert os.path.exists(path), f"{doc}: link {target} does not resolve"
+        assert "../shared/" not in text, f"{doc} points outside the repository"
