@@ -51,11 +51,10 @@ def test_grpo_with_the_simulated_solver_raises_the_candidates_score(tmp_path):
     c.sft.steps = 60
     c.sft.eval_rows = 0
     c.grpo.steps = GRPO_STEPS
-    c.grpo.prompts_per_step = 2
-    c.grpo.group_size = 8
-    c.grpo.scoring_questions = 8
+    # The same scoring questions at every step, so a step's mean score moves only with the edits sampled.
+    c.grpo.scoring_windows = 1
     c.grpo.max_new_tokens = 96
-    c.optim.learning_rate = 2e-3
+    c.optim.learning_rate = 1e-3
     c.checkpoint.every = 1000
     c.log.plots = False
     c.log.tensorboard = False
@@ -72,4 +71,5 @@ def test_grpo_with_the_simulated_solver_raises_the_candidates_score(tmp_path):
     q = GRPO_STEPS // 4
     first, last = statistics.fmean(scores[:q]), statistics.fmean(scores[-q:])
     print("score/mean per GRPO step:", " ".join(f"{s:.3f}" for s in scores))
-    assert last > first + 0.1, f"the candidates' score did not rise: first quarter {first:.3f}, last {last:.3f}"
+    # Flat (no learning) differs between quarters by about 0.03 (std, from the edits' score spread).
+    assert last > first + 0.08, f"the candidates' score did not rise: first quarter {first:.3f}, last {last:.3f}"

@@ -37,7 +37,8 @@ def _metrics(run_dir):
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     run = str(tmp_path_factory.mktemp("e2e") / "tiny")
-    log = _train(run, "--config.sft.steps=100", "--config.grpo.steps=2", "--config.checkpoint.every=40")
+    log = _train(run, "--config.sft.steps=100", "--config.grpo.steps=2", "--config.checkpoint.every=40",
+                 "--config.grpo.prompts_per_step=2")
     return run, log
 
 
@@ -80,7 +81,8 @@ def test_multistep_states_hold_proposer_harnesses(tiny_run, tmp_path, mode):
     run, _ = tiny_run
     out = str(tmp_path / mode)
     _train(out, "--config.mode=grpo", f"--config.model.path={os.path.join(run, 'export')}",
-           f"--config.states.mode={mode}", "--config.grpo.steps=2", "--config.states.refresh_every=2",
+           f"--config.states.mode={mode}", "--config.grpo.steps=2", "--config.grpo.prompts_per_step=2",
+           "--config.states.refresh_every=2",
            "--config.states.rounds=1", "--config.states.proposals=4", "--config.states.scoring_questions=2",
            "--config.states.max_new_tokens=160", "--config.states.temperature=0.7",
            "--config.tasks.families=('number_filtering', 'simple_equations')", "--config.log.plots=False",
@@ -117,7 +119,7 @@ def test_sigterm_checkpoints_and_exits(tmp_path):
 
 @pytest.mark.slow
 def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tmp_path):
-    common = ["--config.sft.steps=4", "--config.grpo.steps=2", "--config.checkpoint.every=1",
+    common = ["--config.sft.steps=4", "--config.grpo.steps=2", "--config.checkpoint.every=1", "--config.grpo.prompts_per_step=2",
               "--config.sft.eval_rows=0", "--config.log.plots=False"]
     whole = str(tmp_path / "whole")
     _train(whole, *common)
@@ -154,6 +156,7 @@ def test_qwen3_5_proposer_trains_end_to_end(tmp_path):
     sampled token's log-prob, and the export must load in transformers as Qwen3.5."""
     run = str(tmp_path / "q35")
     _train(run, "--config.model.preset=tiny-qwen3.5", "--config.sft.steps=2", "--config.grpo.steps=2",
+           "--config.grpo.prompts_per_step=2",
            "--config.sft.eval_rows=0", "--config.log.plots=False", "--config.log.tensorboard=False")
     rows = _metrics(run)
     assert [r["stage"] for r in rows] == ["sft"] * 2 + ["grpo"] * 2
