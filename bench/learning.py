@@ -138,7 +138,7 @@ def main():
         f"Measured with the **simulated solver** (hljax/tasks/simulated_solver.py, a stand-in for an LLM on CPU; "
         f"these are not a real model's scores), the tiny proposer of configs/tiny.py, seeds {seeds}: "
         f"mean ± standard deviation over seeds of the mean over families. "
-        f"{args.eval_questions} held-out questions per family; `python bench/learning.py --seeds {args.seeds}` "
+        f"{args.eval_questions} held-out questions per family; `python bench/learning.py {' '.join(sys.argv[1:])}` "
         f"({minutes:.0f} min on 2 CPU cores, {time.strftime('%Y-%m-%d')}).",
         "",
         "| families | proposer | single step: mean of 8 | single step: best of 8 (oracle) | 5 rounds keep_if_better |",
