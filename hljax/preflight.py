@@ -269,12 +269,19 @@ def evaluate(cfg: EvalRunConfig) -> list[str]:
             fix = ("give --config.proposers 'label=HF folder' entries of Qwen3 or Qwen3.5 folders (config.json + "
                    "safetensors; launch.train writes one to run_dir/export)")
             done.append(_timed(key, check_model_dir, entry.path, key, fix))
-    if cfg.solver.backend == "sglang":
-        check_tokenizer_dir(cfg.solver.path, "solver.path")
-        done.append(_timed("solver.url", check_server, cfg.solver.url, "solver.url"))
-    elif cfg.solver.path:
-        done.append(_timed("solver.path", check_model_dir, cfg.solver.path, "solver.path"))
-    done.append(_timed("sandbox", check_sandbox, cfg.sandbox))
+    done += _solver_and_sandbox(cfg.solver, cfg.sandbox)
+    return done
+
+
+def _solver_and_sandbox(solver, sandbox) -> list[str]:
+    """The solver's server or folder (a simulated solver has neither), then one sandbox job."""
+    done = []
+    if solver.backend == "sglang":
+        check_tokenizer_dir(solver.path, "solver.path")
+        done.append(_timed("solver.url", check_server, solver.url, "solver.url"))
+    elif solver.path:
+        done.append(_timed("solver.path", check_model_dir, solver.path, "solver.path"))
+    done.append(_timed("sandbox", check_sandbox, sandbox))
     return done
 
 
@@ -293,12 +300,7 @@ def collect(cfg: CollectConfig) -> list[str]:
         done.append(_timed("teacher.path", check_model_dir, teacher.path, "teacher.path"))
     else:
         check_preset(teacher.preset, "teacher.preset")
-    if cfg.solver.backend == "sglang":
-        check_tokenizer_dir(cfg.solver.path, "solver.path")
-        done.append(_timed("solver.url", check_server, cfg.solver.url, "solver.url"))
-    elif cfg.solver.path:
-        done.append(_timed("solver.path", check_model_dir, cfg.solver.path, "solver.path"))
-    done.append(_timed("sandbox", check_sandbox, cfg.sandbox))
+    done += _solver_and_sandbox(cfg.solver, cfg.sandbox)
     return done
 
 
