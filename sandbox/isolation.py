@@ -229,11 +229,14 @@ def _scorer_bootstrap(paths: list[str], config_json: str) -> list[str]:
 def scorer_bwrap_launch(config: SandboxConfig, control_fd: int) -> LaunchSpec:
     """The scorer process under bubblewrap, as a fork server is, plus read-only site-packages and
     `config.scorer_packages` (the scorers' own code). Nothing else of this machine is visible."""
-    site = _site_packages()
-    binds = [(_PACKAGE_DIR, f"{SANDBOX_ROOT}/sandbox")] + [(p, p) for p in site]
+    # Under SANDBOX_ROOT, not at their own paths: a checkout under /tmp (a CI clone) would be hidden by
+    # the sandbox's private /tmp.
+    site = [(p, f"{SANDBOX_ROOT}/site{i}") for i, p in enumerate(_site_packages())]
+    binds = [(_PACKAGE_DIR, f"{SANDBOX_ROOT}/sandbox"), *site]
     binds += [(_package_dir(name), f"{SANDBOX_ROOT}/{name}") for name in config.scorer_packages if name != "sandbox"]
     args = _bwrap_args(config, binds, _SCORER_ENV)
-    argv = args + _scorer_bootstrap([SANDBOX_ROOT, *site], _scorer_config(config, control_fd, SCORE_DIR))
+    argv = args + _scorer_bootstrap([SANDBOX_ROOT, *(inside for _, inside in site)],
+                                    _scorer_config(config, control_fd, SCORE_DIR))
     return LaunchSpec(argv=tuple(argv), env={})
 
 
