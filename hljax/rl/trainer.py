@@ -137,10 +137,11 @@ class Trainer:
             bar = tqdm(range(start, total), desc="train", initial=start, total=total, disable=not dist.is_main())
             for step in bar:
                 stage = self._stage_of(step)
-                if stage == "grpo" and step == cfg.sft_steps and cfg.sft_steps and cfg.sft.eval_rows:
-                    summary["validity_after_sft"] = self._sft_validity("after")
-                if stage == "grpo" and step == cfg.sft_steps and cfg.sft_steps and cfg.export.after_sft:
-                    summary["export_sft"] = self._export("export-sft")
+                if step == cfg.sft_steps and cfg.sft_steps and cfg.grpo_steps:  # SFT is done, GRPO starts.
+                    if cfg.sft.eval_rows:
+                        summary["validity_after_sft"] = self._sft_validity("after")
+                    if cfg.export.after_sft:
+                        summary["export_sft"] = self._export("export-sft")
                 self._make_optimizer(stage)
                 m = self._sft_step(step) if stage == "sft" else self._grpo_step(step)
                 m["stage"] = stage

@@ -29,10 +29,6 @@ def announce(pool: SandboxPool, task: Task, questions: Sequence[Question]) -> No
         pool.generator.register(task, questions)
 
 
-class ScorerError(Exception):
-    """The task's scorer failed on an answer; the pool records it as a scorer error scoring 0."""
-
-
 def make_jobs(task: Task, code: str, questions: Sequence[Question]) -> list[Job]:
     """One job per question, tagged with its id."""
     if len({q.qid for q in questions}) != len(questions):
