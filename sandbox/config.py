@@ -31,6 +31,9 @@ class SandboxConfig:
     memory_bytes: int = 1 << 30  # RLIMIT_AS per job; threads' stacks count against it.
     file_size_bytes: int = 16 << 20  # RLIMIT_FSIZE per job.
     open_files: int = 64  # RLIMIT_NOFILE per job.
+    # Tasks (processes and threads) one fork server and all its jobs may hold together: a pids cgroup
+    # per fork server where one can be made, and RLIMIT_NPROC in jobs under bwrap (sandbox/pids.py).
+    max_tasks: int = 512
     tmpfs_bytes: int = 256 << 20  # Size of the private /tmp shared by one fork server's jobs (bwrap).
     output_tail_bytes: int = 8192  # Of each of stdout and stderr, the last bytes kept per job.
     max_message_bytes: int = 4 << 20  # Largest frame a job may send (a prompt batch, an answer).
@@ -62,6 +65,9 @@ class SandboxConfig:
         for name in ("workers", "slots_per_worker", "open_files", "output_tail_bytes", "max_traceback_frames"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_tasks < 4 * self.slots_per_worker:
+            raise ValueError(f"max_tasks ({self.max_tasks}) leaves under 4 tasks per job slot "
+                             f"(slots_per_worker={self.slots_per_worker})")
         if min(self.timeout_s, self.kill_grace_s, self.start_timeout_s, self.scorer_timeout_s) <= 0:
             raise ValueError("timeout_s, kill_grace_s, start_timeout_s and scorer_timeout_s must be > 0")
         if self.scorer_parallel < 1:

@@ -98,12 +98,14 @@ def _bootstrap(paths: list[str], config_json: str) -> list[str]:
     return [python, "-I", "-S", "-B", "-c", code, config_json]
 
 
-def _worker_config(config: SandboxConfig, control_fd: int, tmp_root: str) -> str:
+def _worker_config(config: SandboxConfig, control_fd: int, tmp_root: str, userns: bool) -> str:
     limits = {
         "address_space_bytes": config.memory_bytes,
         "cpu_seconds": config.cpu_seconds,
         "file_size_bytes": config.file_size_bytes,
         "open_files": config.open_files,
+        # Bare, RLIMIT_NPROC would count every process of the caller's user on the host.
+        "tasks": config.max_tasks if userns else None,
     }
     program = seccomp.job_program()
     return json.dumps(
@@ -165,7 +167,7 @@ def bwrap_launch(config: SandboxConfig, control_fd: int) -> LaunchSpec:
     """Fork server under bubblewrap. SandboxUnavailable if bwrap is not installed."""
     binds = [(_PACKAGE_DIR, f"{SANDBOX_ROOT}/sandbox")] + [(p, p) for p in config.extra_ro_binds]
     args = _bwrap_args(config, binds, _ENV)
-    argv = args + _bootstrap([SANDBOX_ROOT], _worker_config(config, control_fd, JOBS_DIR))
+    argv = args + _bootstrap([SANDBOX_ROOT], _worker_config(config, control_fd, JOBS_DIR, userns=True))
     return LaunchSpec(argv=tuple(argv), env={})
 
 
@@ -180,7 +182,7 @@ def _warn_unisolated() -> None:
 def bare_launch(config: SandboxConfig, control_fd: int, tmp_root: str) -> LaunchSpec:
     """Fork server without namespaces: jobs still get rlimits and the seccomp filter, nothing more."""
     _warn_unisolated()
-    argv = _bootstrap([os.path.dirname(_PACKAGE_DIR)], _worker_config(config, control_fd, tmp_root))
+    argv = _bootstrap([os.path.dirname(_PACKAGE_DIR)], _worker_config(config, control_fd, tmp_root, userns=False))
     return LaunchSpec(argv=tuple(argv), env=dict(_ENV))
 
 

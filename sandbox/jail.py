@@ -40,6 +40,9 @@ class JobLimits:
     cpu_seconds: int  # RLIMIT_CPU: backstop only; the supervisor's wall-clock deadline is the real one.
     file_size_bytes: int  # RLIMIT_FSIZE: largest file a job may write in its work dir.
     open_files: int  # RLIMIT_NOFILE.
+    # RLIMIT_NPROC, or None. Counted per user in the job's user namespace, so under bubblewrap it caps
+    # the fork server's tasks together; not enforced when the host uid is root (sandbox/pids.py).
+    tasks: int | None = None
 
 
 class _SockFprog(ctypes.Structure):
@@ -69,7 +72,7 @@ class Jail:
             (resource.RLIMIT_FSIZE, (limits.file_size_bytes,) * 2),
             (resource.RLIMIT_NOFILE, (limits.open_files,) * 2),
             (resource.RLIMIT_CORE, (0, 0)),
-        )
+        ) + (((resource.RLIMIT_NPROC, (limits.tasks,) * 2),) if limits.tasks is not None else ())
 
     def prctl(self, option: int, value: int) -> None:
         if self._prctl(option, value, 0, 0, 0) != 0:

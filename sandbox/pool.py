@@ -30,7 +30,7 @@ import time
 from typing import Sequence
 
 from hljax.generate.types import Generator
-from sandbox import isolation, protocol
+from sandbox import isolation, pids, protocol
 from sandbox.broker import Broker, Budget, CallRefused, make_call
 from sandbox.config import SandboxConfig, SolverConfig
 from sandbox.job_run import JobRun
@@ -51,11 +51,13 @@ _MAX_REFUSAL_CHARS = 1000  # A tool's exception may quote its (job-chosen) argum
 class _Worker:
     """One fork server process and the control channel to it."""
 
-    def __init__(self, index: int, proc: subprocess.Popen, control: socket.socket, log_file):
+    def __init__(self, index: int, proc: subprocess.Popen, control: socket.socket, log_file,
+                 cgroup: pids.PidsCgroup | None = None):
         self.index = index
         self.proc = proc
         self.control = control
         self.log_file = log_file  # The fork server's own stderr, for the reason when it dies.
+        self.cgroup = cgroup  # Caps the tasks of the fork server and its jobs (sandbox/pids.py).
         self.runs: set[int] = set()  # Keys of the job runs it holds now.
 
     def log_tail(self, n: int = 2000) -> str:
@@ -70,6 +72,8 @@ class _Worker:
             self.proc.kill()
             self.proc.wait()
         self.log_file.close()
+        if self.cgroup is not None:
+            self.cgroup.remove()
 
 
 class SandboxPool:
@@ -108,12 +112,15 @@ class SandboxPool:
         else:
             spec = isolation.bare_launch(self.config, theirs.fileno(), os.path.join(self._tmp.name, str(index)))
         log_file = tempfile.TemporaryFile()
+        cgroup = pids.PidsCgroup.create(self.config.max_tasks, f"w{index}")
+        pids.check(cgroup, self.config.max_tasks)
+        argv = cgroup.wrap(spec.argv) if cgroup is not None else spec.argv
         proc = subprocess.Popen(
-            spec.argv, env=spec.env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+            argv, env=spec.env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
             stdout=log_file, stderr=log_file, start_new_session=True,
         )  # fmt: skip
         theirs.close()
-        return _Worker(index, proc, ours, log_file)
+        return _Worker(index, proc, ours, log_file, cgroup)
 
     def _start_workers(self, indices) -> list[_Worker]:
         """Launch fork servers in parallel and wait for each to report ready."""

@@ -30,6 +30,15 @@ _DENY_ALWAYS = (
     "finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct", "quotactl",
 )  # fmt: skip
 _SIGNAL_SYSCALLS = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
+# Jobs of one fork server share a uid, so these would let one slow down, pin or starve a rival job:
+# refused unless the target is the job itself (by its pid; 0, "self", is refused too).
+_OWN_PID_ONLY = ("sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr", "migrate_pages",
+                 "move_pages")
+# setpriority and ioprio_set take (which, who): a process group or a user would reach rivals too.
+_PRIORITY_SYSCALLS = ("setpriority", "ioprio_set")
+# fcntl commands that make the kernel signal another process (SIGIO/SIGURG, or any signal with F_SETSIG)
+# when the descriptor is ready: a way around the kill filter below.
+_FCNTL_SIGNAL_OWNER = (8, 10, 15)  # F_SETOWN, F_SETSIG, F_SETOWN_EX
 
 # Stands in for the job's pid, which each child writes into the program. Above any pid (pid_max <= 2^22).
 _PID_PLACEHOLDER = 0x3FFFFFF1
@@ -52,8 +61,12 @@ def build_filter(pid: int) -> pyseccomp.SyscallFilter:
     # No sockets of any family: no network, not even loopback, and no unix sockets (the job channel
     # is pipes), which without bubblewrap's namespaces would reach the host's abstract sockets.
     # Signals only to itself: kill(-1, 9) and kill(getppid(), 9) fail with EPERM.
-    for name in _SIGNAL_SYSCALLS:
+    for name in _SIGNAL_SYSCALLS + _OWN_PID_ONLY:
         f.add_rule(eperm, name, pyseccomp.Arg(0, pyseccomp.NE, pid))
+    for name in _PRIORITY_SYSCALLS:
+        f.add_rule(eperm, name)
+    for cmd in _FCNTL_SIGNAL_OWNER:
+        f.add_rule(eperm, "fcntl", pyseccomp.Arg(1, pyseccomp.EQ, cmd))
     return f
 
 
