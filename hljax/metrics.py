@@ -38,10 +38,8 @@ class MetricsWriter:
         if not active:
             return
         os.makedirs(directory, exist_ok=True)
-        if resume_from_step is not None and os.path.exists(self.jsonl):
-            kept = [r for r in read_jsonl(self.jsonl) if r.get("step", -1) <= resume_from_step]
-            with open(self.jsonl, "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in kept)
+        if resume_from_step is not None:
+            truncate_jsonl(self.jsonl, resume_from_step)
         if tensorboard:
             from tensorboardX import SummaryWriter
 
@@ -61,6 +59,19 @@ class MetricsWriter:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+
+
+def truncate_jsonl(path: str, last_step: int) -> None:
+    """Drop the rows of `path` written after `last_step` (a resumed run writes them again)."""
+    if os.path.exists(path):
+        kept = [r for r in read_jsonl(path) if r.get("step", -1) <= last_step]
+        with open(path, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in kept)
+
+
+def append_jsonl(path: str, rows) -> None:
+    with open(path, "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
 
 
 def _plain(v):

@@ -38,7 +38,7 @@ def _metrics(run_dir):
 def tiny_run(tmp_path_factory):
     run = str(tmp_path_factory.mktemp("e2e") / "tiny")
     log = _train(run, "--config.sft.steps=100", "--config.grpo.steps=2", "--config.checkpoint.every=40",
-                 "--config.grpo.prompts_per_step=2")
+                 "--config.grpo.prompts_per_step=2", "--config.loss.beta=0.01")
     return run, log
 
 
@@ -54,6 +54,9 @@ def test_tiny_run_end_to_end(tiny_run, tmp_path):
     assert [r["step"] for r in rows] == list(range(102))
     assert rows[0]["stage"] == "sft" and rows[-1]["stage"] == "grpo"
     assert rows[-1]["sampler_logprob_gap"] < 1e-3  # Engine and trainer agree on the sampled tokens.
+    # The KL reference is the policy GRPO started from (the SFT proposer), not the random init: at the
+    # first GRPO step policy and reference are the same weights.
+    assert rows[100]["kl"] < 1e-5 and os.path.exists(os.path.join(run, "export-sft", "model.safetensors"))
     assert {"reward/mean", "valid_rate", "ran_rate", "clip_frac", "entropy", "time/sandbox_s"} <= set(rows[-1])
     assert os.path.getsize(os.path.join(run, "curves.png")) > 10_000
     assert any(f.startswith("events.out.tfevents") for f in os.listdir(os.path.join(run, "tensorboard")))

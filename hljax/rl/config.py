@@ -20,7 +20,8 @@ class LossConfig:
     # None means eps_low (symmetric PPO clip); DAPO's clip-higher uses 0.28 with eps_low 0.2.
     eps_low: float = 0.2
     eps_high: float | None = None
-    # KL to the frozen reference [beta]. 0 skips the reference model entirely (DAPO, Dr. GRPO).
+    # KL to the frozen reference [beta]: the policy GRPO starts from (after SFT, the SFT proposer).
+    # 0 skips the reference model entirely (DAPO, Dr. GRPO).
     beta: float = 0.0
     kl_estimator: KLEstimator = "k3"  # k1 | k2 | k3 (Schulman 2020); GRPO uses k3.
     # token_mean (DAPO, TRL "dapo") | seq_mean_token_mean (original GRPO, TRL "grpo") |

@@ -60,6 +60,8 @@ class RolloutBatch:
     stats: np.ndarray  # [B_local, len(STATS)] float64
     time_generate: float
     time_sandbox: float
+    texts: list[str] = dataclasses.field(default_factory=list)  # The proposals, row order (for rollouts.jsonl).
+    tasks: list[str] = dataclasses.field(default_factory=list)  # Each row's task name.
 
 
 def score_groups(stats: np.ndarray, group_size: int, loss_cfg) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -184,7 +186,9 @@ class Rollouts:
         prompts = [self.tokenizer.encode(render_chat(self.tokenizer, c, enable_thinking=False)) for c in conversations]
         sequences = [(prompts[i], list(c.token_ids)) for i, group in enumerate(groups) for c in group]
         sampler = [list(c.logprobs or ()) for group in groups for c in group]
-        return RolloutBatch(sequences, sampler, stats.reshape(-1, len(STATS)), t1 - t0, (t2 - t1) + (t0 - t_states))
+        return RolloutBatch(sequences, sampler, stats.reshape(-1, len(STATS)), t1 - t0, (t2 - t1) + (t0 - t_states),
+                            texts=[c.text for group in groups for c in group],
+                            tasks=[s.task.name for s, group in zip(states, groups) for _ in group])
 
 
     def _advance(self, step: int, slot: int, cands, outcomes) -> None:
@@ -195,6 +199,18 @@ class Rollouts:
         chosen = BestOfG().select(parent, scored, [], step).selected
         best = None if chosen == "parent" else cands[int(chosen)].code
         self.states.advance(step, slot, best, f"c{chosen}")
+
+
+def sample_rows(step: int, rows: np.ndarray, batch: RolloutBatch, advantages: np.ndarray, keep: np.ndarray) -> list[dict]:
+    """One rollouts.jsonl row per proposal of this process: what was sampled and what it earned.
+    `rows`: the batch rows this process holds; `advantages`, `keep`: of the whole batch."""
+    out = []
+    for i, r in enumerate(rows):
+        st = batch.stats[i]
+        out.append({"step": step, "row": int(r), "task": batch.tasks[i], "kind": KINDS[int(st[1])],
+                    "score": float(st[2]), "reward": None if np.isnan(st[0]) else float(st[0]),
+                    "advantage": float(advantages[r]) if keep[r] else None, "completion": batch.texts[i]})
+    return out
 
 
 def _kind_code(kind: str) -> int:

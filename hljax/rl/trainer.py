@@ -41,7 +41,7 @@ from hljax.rl import rewards as rw
 from hljax.rl import sft_data
 from hljax.rl.batching import bucket_length, completion_logprobs, pack, split_micro
 from hljax.rl.config import LossConfig
-from hljax.rl.rollout import Rollouts, score_groups
+from hljax.rl.rollout import Rollouts, sample_rows, score_groups
 from hljax.rl.run_config import RunConfig
 from hljax.seeding import derive_seed
 from hljax.tasks.simulated_solver import LABEL as SIMULATED_LABEL
@@ -124,6 +124,10 @@ class Trainer:
             log.info("resuming %s at step %d", cfg.run_dir, start)
         self.metrics = mx.MetricsWriter(cfg.run_dir, resume_from_step=start - 1 if latest is not None else -1,
                                         tensorboard=cfg.log.tensorboard, active=dist.is_main())
+        # Every proposal with its reward and advantage; each process writes the rows it sampled.
+        name = "rollouts.jsonl" if not self.multi else f"rollouts-p{dist.process_index()}.jsonl"
+        self.rollout_log = os.path.join(cfg.run_dir, name)
+        mx.truncate_jsonl(self.rollout_log, start - 1)
         if dist.is_main():
             with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
                 json.dump(_jsonable(dataclasses.asdict(cfg)), f, indent=2)
@@ -140,7 +144,8 @@ class Trainer:
                 if step == cfg.sft_steps and cfg.sft_steps and cfg.grpo_steps:  # SFT is done, GRPO starts.
                     if cfg.sft.eval_rows:
                         summary["validity_after_sft"] = self._sft_validity("after")
-                    if cfg.export.after_sft:
+                    # The KL reference of a GRPO stage that follows SFT is the SFT proposer (loaded from here).
+                    if cfg.export.after_sft or cfg.loss.beta > 0:
                         summary["export_sft"] = self._export("export-sft")
                 self._make_optimizer(stage)
                 m = self._sft_step(step) if stage == "sft" else self._grpo_step(step)
@@ -259,7 +264,7 @@ class Trainer:
             self.rollouts = Rollouts(cfg, self.init_path, self.tokenizer, self.local_mesh)
             self.rollouts.sync(self._host_model(), version=str(step))  # Resumed or post-SFT weights.
             if cfg.loss.beta > 0:
-                self.ref_model = hf.load_hf(self.init_path, self.mesh, dtype=getattr(jnp, cfg.model.dtype))
+                self.ref_model = hf.load_hf(self._reference_path(), self.mesh, dtype=getattr(jnp, cfg.model.dtype))
         B = g.prompts_per_step * g.group_size
         rows = process_rows(self.mesh, B, g.micro_batches)
         slots = _slots(rows, g.group_size)
@@ -270,6 +275,7 @@ class Trainer:
         stats = dist.gather_rows(rows, batch.stats, B)
         advantages, keep, metrics = score_groups(stats, g.group_size, cfg.loss)
         adv = np.where(keep[rows], advantages[rows], 0.0).astype(np.float32)
+        mx.append_jsonl(self.rollout_log, sample_rows(step, rows, batch, advantages, keep))
 
         seqs_prompts = [p for p, _ in batch.sequences]
         seqs_completions = [c for _, c in batch.sequences]
@@ -303,6 +309,16 @@ class Trainer:
             "time/collect_s": t1 - t0,
         })
         return m
+
+    def _reference_path(self) -> str:
+        """The frozen KL reference: the policy GRPO started from (the SFT proposer after an SFT stage)."""
+        if not self.cfg.sft_steps:
+            return self.init_path
+        path = os.path.join(self.cfg.run_dir, "export-sft")
+        if not os.path.exists(os.path.join(path, "config.json")):
+            raise FileNotFoundError(f"loss.beta > 0 needs the SFT proposer as KL reference, written to {path} when "
+                                    "GRPO started; it is missing (deleted?), so this run cannot resume with a KL term")
+        return path
 
     def _logprobs(self, model, seqs, temperature, batch_size: int) -> np.ndarray:
         return local_logprobs(model, self.mesh, seqs, batch_size, self.cfg.grpo.micro_batches, temperature,
