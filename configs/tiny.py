@@ -23,7 +23,11 @@ def get_config():
     c.sft.max_len = 1280
     c.sft.eval_temperature = 0.3
     c.sft.eval_rows = 8
-    c.optim.learning_rate = 5e-4
+    # At 5e-4 the fresh optimiser's first, sign-like steps moved the tiny proposer from one edit to
+    # another between two steps (seed 2 rose, then fell onto a harmful edit); 2e-4 after a 3-step
+    # warm-up climbed and stayed (rollouts.jsonl shows which edits each step sampled).
+    c.optim.learning_rate = 2e-4
+    c.optim.warmup_steps = 3
     c.grpo.steps = 20
     # Every step sees all 5 RL families once (4 candidates each), so the step's mean score compares
     # across steps instead of following which families were drawn.

@@ -3,11 +3,12 @@
 The bubblewrap layout: new user, pid, net, ipc and uts namespaces, uid and gid 65534 (nobody)
 inside; all capabilities dropped; the sandbox dies with its parent; a read-only view of /usr (with
 the /bin, /lib, ... links of a merged-/usr system), of the Python install and of this package; a
-fresh /proc with /proc/sys read-only and a minimal, read-only /dev; a private, size-capped tmpfs at /tmp for
-work dirs; everything else absent (no /etc, no /home, no /root, no repository); the environment
-scrubbed to a fixed allow-list. The scorer process gets the same layout plus read-only
-site-packages and the packages holding the scorers (`hljax`), as it must
-import reasoning-gym; it never holds a harness's process, only answers (see sandbox/scoring.py).
+fresh /proc with /proc/sys read-only and a minimal, read-only /dev; a read-only /tmp holding one
+private, size-capped tmpfs for work dirs (/tmp/jobs: jobs can enter it, not list it); everything
+else absent (no /etc, no /home, no /root, no repository); the environment scrubbed to a fixed
+allow-list. The scorer process gets the same layout plus read-only site-packages and the packages
+holding the scorers (`hljax`), as it must import reasoning-gym; it never holds a harness's process,
+only answers (see sandbox/scoring.py).
 """
 
 from __future__ import annotations
@@ -132,8 +133,9 @@ def _system_binds() -> list[str]:
     return args
 
 
-def _bwrap_args(config: SandboxConfig, binds: list[tuple[str, str]], env: dict) -> list[str]:
-    """bubblewrap's options up to the `--` before the command; `binds`: (host path, path inside)."""
+def _bwrap_args(config: SandboxConfig, binds: list[tuple[str, str]], env: dict, work_root: str) -> list[str]:
+    """bubblewrap's options up to the `--` before the command; `binds`: (host path, path inside);
+    `work_root`: the only writable place, a size-capped tmpfs under a read-only /tmp."""
     bwrap = bwrap_path(config.bwrap)
     if bwrap is None:
         raise SandboxUnavailable(
@@ -159,14 +161,17 @@ def _bwrap_args(config: SandboxConfig, binds: list[tuple[str, str]], env: dict) 
     args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
     # /dev read-only, /dev/shm included: it is an uncapped tmpfs whose files no job's limit counts.
     # Device nodes (/dev/null, /dev/urandom) stay writable; only /tmp takes files, size-capped.
-    args += ["--dev", "/dev", "--remount-ro", "/dev", "--size", str(config.tmpfs_bytes), "--tmpfs", "/tmp"]
+    args += ["--dev", "/dev", "--remount-ro", "/dev"]
+    # /tmp read-only: nothing a job leaves outside the work root outlives it (the fork server sweeps
+    # the work root of what no live job owns).
+    args += ["--tmpfs", "/tmp", "--size", str(config.tmpfs_bytes), "--tmpfs", work_root, "--remount-ro", "/tmp"]
     return args + ["--remount-ro", "/", "--chdir", "/tmp", "--"]
 
 
 def bwrap_launch(config: SandboxConfig, control_fd: int) -> LaunchSpec:
     """Fork server under bubblewrap. SandboxUnavailable if bwrap is not installed."""
     binds = [(_PACKAGE_DIR, f"{SANDBOX_ROOT}/sandbox")] + [(p, p) for p in config.extra_ro_binds]
-    args = _bwrap_args(config, binds, _ENV)
+    args = _bwrap_args(config, binds, _ENV, JOBS_DIR)
     argv = args + _bootstrap([SANDBOX_ROOT], _worker_config(config, control_fd, JOBS_DIR, userns=True))
     return LaunchSpec(argv=tuple(argv), env={})
 
@@ -190,7 +195,9 @@ def bare_launch(config: SandboxConfig, control_fd: int, tmp_root: str) -> Launch
 
 SCORE_DIR = "/tmp/score"
 # Numerical libraries that reasoning-gym imports start no thread pools in the scorer process.
-_SCORER_ENV = {**_ENV, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# HOME is the scorer's writable tmpfs: matplotlib (imported by reasoning-gym) needs a config dir.
+_SCORER_ENV = {**_ENV, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "HOME": SCORE_DIR}
 
 
 def _site_packages() -> list[str]:
@@ -236,7 +243,7 @@ def scorer_bwrap_launch(config: SandboxConfig, control_fd: int) -> LaunchSpec:
     site = [(p, f"{SANDBOX_ROOT}/site{i}") for i, p in enumerate(_site_packages())]
     binds = [(_PACKAGE_DIR, f"{SANDBOX_ROOT}/sandbox"), *site]
     binds += [(_package_dir(name), f"{SANDBOX_ROOT}/{name}") for name in config.scorer_packages if name != "sandbox"]
-    args = _bwrap_args(config, binds, _SCORER_ENV)
+    args = _bwrap_args(config, binds, _SCORER_ENV, SCORE_DIR)
     argv = args + _scorer_bootstrap([SANDBOX_ROOT, *(inside for _, inside in site)],
                                     _scorer_config(config, control_fd, SCORE_DIR))
     return LaunchSpec(argv=tuple(argv), env={})

@@ -129,8 +129,14 @@ def remove_tree(path: str, max_steps: int = 1_000_000) -> None:
     except OSError:
         pass
     try:
-        fd = os.open(path, _DIR_FLAGS)
+        os.unlink(path)  # A file a job left beside its work dir.
+        return
     except OSError:
+        pass
+    try:
+        os.chmod(path, 0o700, follow_symlinks=False)  # A dir a job made with no read bit.
+        fd = os.open(path, _DIR_FLAGS)
+    except (OSError, NotImplementedError):  # NotImplementedError: chmod of a symlink on Linux.
         return
     names: list[str] = []  # From `path` down to the dir `fd` is open on.
     try:

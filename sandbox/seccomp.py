@@ -27,6 +27,9 @@ _DENY_ALWAYS = (
     "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "kexec_load", "init_module",
     "socket", "socketpair", "setrlimit", "prlimit64",
     "memfd_create", "memfd_secret",  # Anonymous files: memory that RLIMIT_AS does not count.
+    # Jobs share a uid: the fork server makes the work root enterable but not listable, so that no job
+    # finds another's (randomly named) work dir; chmod would undo that.
+    "chmod", "fchmod", "fchmodat", "fchmodat2",
     "finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct", "quotactl",
 )  # fmt: skip
 _SIGNAL_SYSCALLS = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")

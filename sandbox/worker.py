@@ -47,7 +47,12 @@ class ForkServer:
     def serve(self) -> None:
         self.jail.harden_server()
         sys.stdout.reconfigure(line_buffering=True)  # Children inherit it: output reaches the tail even if a job dies.
-        os.makedirs(self.config["tmp_root"], exist_ok=True)
+        root = self.config["tmp_root"]
+        os.makedirs(root, exist_ok=True)
+        # Held open before the root loses its read bit: the server lists it through this descriptor
+        # (permissions are checked at open), jobs cannot list it at all. Jobs close it (Jail.confine).
+        self.root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        os.chmod(root, 0o300)
         for name in self.config["preload"]:
             importlib.import_module(name)
         gc.freeze()  # Keeps the collector from touching (and so copying) the server's pages in children.
@@ -116,7 +121,16 @@ class ForkServer:
         os.close(pidfd)
         _, status, usage = os.wait4(pid, 0)
         jail.remove_tree(work_dir)
+        self._sweep()
         protocol.send_control(self.control, protocol.Control(protocol.EXITED, job, status, usage.ru_maxrss))
+
+    def _sweep(self) -> None:
+        """Remove what no live job owns from the work root: a job may write beside its own work dir,
+        and that must not outlive it (filling the tmpfs for every later job)."""
+        live = {os.path.basename(w) for _, _, w in self.children.values()}
+        for name in os.listdir(self.root_fd):
+            if name not in live:
+                jail.remove_tree(f"{self.config['tmp_root']}/{name}")
 
     def _shutdown(self) -> None:
         for pid, pidfd, _ in self.children.values():

@@ -137,3 +137,45 @@ def test_a_job_cannot_renice_pin_or_signal_a_rival_through_the_scheduler_or_fcnt
     r = run_among_normals(pool, guarded(body), question=OWN_PIDNS)
     assert r.answer == ("setpriority=EPERM setpriority_user=EPERM affinity=EPERM scheduler=EPERM setown=EPERM "
                         "setsig=EPERM own_affinity=ok"), r.answer
+
+
+# ----- the shared work root (issue 19, item 6) --------------------------------------------------------
+
+
+def test_what_a_job_leaves_beside_its_work_dir_is_swept_and_siblings_cannot_be_found(pool):
+    # Fills the work-root tmpfs from beside its own work dir (16 files of 15 MiB, in dirs no one may
+    # read), and tries to list the root, chmod its way back in, and write to /tmp itself.
+    code = (
+        "import errno, os\n"
+        "def attempt(call):\n"
+        "    try:\n"
+        "        call()\n"
+        "        return 'ok'\n"
+        "    except OSError as e:\n"
+        "        return errno.errorcode[e.errno]\n"
+        "def solve(q, s):\n"
+        "    root = os.path.dirname(os.getcwd())\n"
+        "    out = [attempt(lambda: os.listdir(root)), attempt(lambda: os.chmod(root, 0o700)),\n"
+        "           attempt(lambda: open('/tmp/litter', 'w').write('x'))]\n"
+        "    os.mkdir(f'{root}/litter-dir', 0o300)\n"
+        "    os.mkdir(f'{root}/litter-locked', 0)\n"
+        "    chunk = b'x' * (15 << 20)\n"
+        "    for i in range(16):\n"
+        "        try:\n"
+        "            with open(f'{root}/litter-dir/f{i}', 'wb') as f:\n"
+        "                f.write(chunk)\n"
+        "        except OSError:\n"
+        "            break\n"
+        "    return ' '.join(out)\n"
+    )
+    assert run_among_normals(pool, code).answer == "EACCES EPERM EROFS"
+    # Every later job can still write: 48 MiB each, 3 at once on each fork server (256 MiB tmpfs).
+    writer = (
+        "def solve(q, s):\n"
+        "    for i in range(4):\n"
+        "        with open(f'w{i}', 'wb') as f:\n"
+        "            f.write(b'y' * (12 << 20))\n"
+        "    return 'echo:' + q\n"
+    )
+    results = pool.run([Job(writer, f"w{i}", reference=f"echo:w{i}") for i in range(6)], lambda a, j: a == j.reference)
+    assert [(r.status, r.score) for r in results] == [("ok", 1.0)] * 6, results
