@@ -34,12 +34,32 @@ def _metrics(run_dir):
         return [json.loads(line) for line in f]
 
 
+GRPO_STEPS = 12  # The tiny default (configs/tiny.py), its GRPO stage cut from 20 steps.
+SFT_STEPS = 150
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
+    """The tiny default with a shorter GRPO stage and a small KL term (whose reference it checks)."""
     run = str(tmp_path_factory.mktemp("e2e") / "tiny")
-    log = _train(run, "--config.sft.steps=100", "--config.grpo.steps=2", "--config.checkpoint.every=40",
-                 "--config.grpo.prompts_per_step=2", "--config.loss.beta=0.01")
+    log = _train(run, f"--config.grpo.steps={GRPO_STEPS}", "--config.checkpoint.every=40", "--config.loss.beta=0.01",
+                 timeout=900)
     return run, log
+
+
+@pytest.mark.slow
+def test_grpo_raises_the_candidates_score(tiny_run):
+    """The learning signal end to end: with the simulated solver (whose scores depend on what the
+    harness does), the sampled candidates' mean score rises over the GRPO steps. A sign flip between
+    rewards and advantages, or a weight sync that leaves the proposer server on old weights, keeps it
+    from rising (checked by hand: see the closing note of issue 17)."""
+    run, _ = tiny_run
+    scores = [r["score/mean"] for r in _metrics(run) if r["stage"] == "grpo"]
+    q = len(scores) // 4
+    first, last = sum(scores[:q]) / q, sum(scores[-q:]) / q
+    print(f"GRPO candidate score: first quarter {first:.3f}, last quarter {last:.3f}: {scores}")
+    # Noise between quarter means of a run that does not learn is about 0.03 (3 steps x 20 candidates).
+    assert last > first + 0.08, scores
 
 
 @pytest.mark.slow
@@ -51,22 +71,26 @@ def test_tiny_run_end_to_end(tiny_run, tmp_path):
     assert after > before
 
     rows = _metrics(run)
-    assert [r["step"] for r in rows] == list(range(102))
+    assert [r["step"] for r in rows] == list(range(SFT_STEPS + GRPO_STEPS))
     assert rows[0]["stage"] == "sft" and rows[-1]["stage"] == "grpo"
     assert rows[-1]["sampler_logprob_gap"] < 1e-3  # Engine and trainer agree on the sampled tokens.
     # The KL reference is the policy GRPO started from (the SFT proposer), not the random init: at the
     # first GRPO step policy and reference are the same weights.
-    assert rows[100]["kl"] < 1e-5 and os.path.exists(os.path.join(run, "export-sft", "model.safetensors"))
+    assert rows[SFT_STEPS]["kl"] < 1e-5 and os.path.exists(os.path.join(run, "export-sft", "model.safetensors"))
+    # Every proposal of every GRPO step is kept, with what it earned.
+    with open(os.path.join(run, "rollouts.jsonl")) as f:
+        sampled = [json.loads(line) for line in f]
+    assert len(sampled) == GRPO_STEPS * 5 * 4 and {"completion", "reward", "advantage", "task"} <= set(sampled[0])
     assert {"reward/mean", "valid_rate", "ran_rate", "clip_frac", "entropy", "time/sandbox_s"} <= set(rows[-1])
     assert os.path.getsize(os.path.join(run, "curves.png")) > 10_000
     assert any(f.startswith("events.out.tfevents") for f in os.listdir(os.path.join(run, "tensorboard")))
-    assert sorted(ocp.CheckpointManager(os.path.join(run, "checkpoints")).all_steps()) == [39, 79, 101]
+    assert sorted(ocp.CheckpointManager(os.path.join(run, "checkpoints")).all_steps()) == [119, 159, 161]
     model = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(run, "export"))
     assert model.config.num_hidden_layers == 2
 
     # launch.export of the last checkpoint gives the same weights as the run's own export.
     out = subprocess.run([sys.executable, "-m", "launch.export", "--checkpoint", os.path.join(run, "checkpoints"),
-                          "--step", "101", "--out", str(tmp_path / "from_ckpt")], cwd=ROOT, capture_output=True,
+                          "--step", "161", "--out", str(tmp_path / "from_ckpt")], cwd=ROOT, capture_output=True,
                          text=True, env={**os.environ, "XLA_FLAGS": ""})
     assert out.returncode == 0, out.stderr[-3000:]
     from safetensors.numpy import load_file
