@@ -184,6 +184,8 @@ class Trainer:
     def _finish(self) -> dict:
         cfg = self.cfg
         out = {"run_dir": cfg.run_dir, "metrics": self.metrics.jsonl}
+        if os.path.exists(self.rollout_log):
+            out["rollouts"] = self.rollout_log
         if cfg.solver.simulated:
             out["solver"] = SIMULATED_LABEL
         if cfg.log.plots and dist.is_main():
