@@ -4,7 +4,8 @@
 
 The same command runs on every host of a TPU pod or GPU cluster (set distributed.initialize=True, or
 the JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID variables; docs/scaling.md).
-Rerunning it on a run_dir with checkpoints resumes from the latest one. Bad inputs (config, model
+Rerunning it on a run_dir with checkpoints resumes from the latest one; SIGTERM or Ctrl-C
+checkpoints after the current step and exits (143 or 130), a second Ctrl-C quits at once. Bad inputs (config, model
 folders, servers, data files, run_dir, disk, sandbox) are one line on stderr and exit 2 within seconds,
 before any model loads (hljax/preflight.py); --verbose shows tracebacks.
 """
@@ -41,8 +42,11 @@ def main(argv):
     try:
         summary = Trainer(cfg).run()
     except Preempted as e:
-        print(f"\n== preempted == {tag}{e}", flush=True)
-        sys.exit(143)  # 128 + SIGTERM: schedulers requeue, and the rerun resumes.
+        print(f"\n== stopped == {tag}{e}", flush=True)
+        sys.exit(e.exit_code)  # 143 (SIGTERM): schedulers requeue, and the rerun resumes; 130 for Ctrl-C.
+    except KeyboardInterrupt:
+        print(f"\n== interrupted == {tag}a second Ctrl-C: quit without saving the current step", flush=True)
+        sys.exit(130)
     if not dist.is_main():
         return
     print("\n== run finished ==")

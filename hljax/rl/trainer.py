@@ -51,7 +51,11 @@ log = logging.getLogger(__name__)
 
 
 class Preempted(Exception):
-    pass
+    """A stop signal arrived; the step it arrived in was checkpointed. `exit_code`: 128 + the signal."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class Trainer:
@@ -74,6 +78,7 @@ class Trainer:
         self.checkpointer = TrainCheckpointer(os.path.join(cfg.run_dir, "checkpoints"), keep=cfg.checkpoint.keep,
                                               async_save=cfg.checkpoint.async_save)
         self._stop = False
+        self._stop_signal: int | None = None  # The first stop signal received (SIGTERM or SIGINT).
         self.rollouts: Rollouts | None = None  # Started at the first GRPO step.
         self.ref_model = None
         self._sft_data: tuple[list, list] | None = None  # (encoded training rows, held-out rows), loaded once.
@@ -133,7 +138,8 @@ class Trainer:
                 json.dump(_jsonable(dataclasses.asdict(cfg)), f, indent=2)
         if cfg.solver.simulated and dist.is_main():
             print(f"solver: {SIMULATED_LABEL}", flush=True)
-        previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        # SIGTERM (a scheduler) and SIGINT (Ctrl-C) both checkpoint after the current step and exit.
+        previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         summary = {}
         try:
             if start < cfg.sft_steps and cfg.sft.eval_rows:
@@ -161,21 +167,29 @@ class Trainer:
                     self._save(step)
                 if self._stop:
                     self.checkpointer.wait()
-                    raise Preempted(f"SIGTERM: saved step {step}; rerun the same command to resume")
+                    name = signal.Signals(self._stop_signal or signal.SIGTERM).name
+                    raise Preempted(f"{name}: saved step {step}; rerun the same command to resume",
+                                    128 + (self._stop_signal or signal.SIGTERM))
             if cfg.sft_steps and not cfg.grpo_steps and cfg.sft.eval_rows and "validity_after_sft" not in summary:
                 summary["validity_after_sft"] = self._sft_validity("after")
             self.checkpointer.wait()
             summary.update(self._finish())
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
             self.metrics.close()
             if self.rollouts is not None:
                 self.rollouts.close()
         return summary
 
-    def _on_sigterm(self, signum, frame):
-        log.warning("SIGTERM received: checkpointing after the current step")
+    def _on_stop_signal(self, signum, frame):
+        if self._stop_signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # A second Ctrl-C: quit now, without the checkpoint.
+        self._stop_signal = signum
         self._stop = True
+        if dist.is_main():
+            hint = " (Ctrl-C again to quit at once, unsaved)" if signum == signal.SIGINT else ""
+            print(f"\n{signal.Signals(signum).name} received: checkpointing after the current step{hint}", flush=True)
 
     def _save(self, step: int) -> None:
         self.checkpointer.save(step, self.model, self.optimizer, {"step": step, "stage": self.stage,
