@@ -194,7 +194,7 @@ def _tiny_config(tmp_path, **overrides):
 
 @pytest.mark.slow
 def test_collector_keeps_only_what_passes_every_filter(tmp_path):
-    from hljax.models.presets import init_model
+    from hljax.checkpoint.presets import init_model
 
     solver_path = init_model("tiny", str(tmp_path / "solver"), seed=0)
     c = _tiny_config(tmp_path, **{"tasks.families": ("spell_backward",), "teacher.backend": "remote",

@@ -16,8 +16,8 @@ import uuid
 import pytest
 
 from hljax.harness import edits, seeds
+from hljax.loop import rewards as rw
 from hljax.loop.revision import candidate
-from hljax.rl import rewards as rw
 from hljax.tasks.jobs import run_harness
 from hljax.tasks.reasoning_gym import ReasoningGymTask, RGTaskConfig
 from hljax.tasks.splits import SplitConfig

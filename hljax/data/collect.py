@@ -40,6 +40,7 @@ import ml_collections
 from tqdm import tqdm
 
 from hljax import sharding as shd
+from hljax.checkpoint.presets import init_model
 from hljax.data.teacher import ChatModel, OpenAIChatGenerator, OpenAIOptions, api_key_from_env
 from hljax.generate.client import ClientConfig
 from hljax.generate.endpoints import Endpoint, GeneratorSpec
@@ -47,9 +48,8 @@ from hljax.generate.types import SamplingParams
 from hljax.harness import filters as fl
 from hljax.harness import seeds
 from hljax.harness.prompts import PromptConfig
+from hljax.loop import rewards
 from hljax.loop.revision import build_state, candidate, score_candidates
-from hljax.models.presets import init_model
-from hljax.rl import rewards
 from hljax.rl.run_config import ConfigError, SolverSpec, TaskSpec, solver_fields, typed
 from hljax.seeding import derive_seed
 from hljax.sharding import MeshConfig

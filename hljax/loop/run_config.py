@@ -13,7 +13,7 @@ import ml_collections
 
 from hljax.harness.prompts import PromptConfig
 from hljax.loop.adapt import AdaptConfig
-from hljax.rl.rewards import RewardConfig
+from hljax.loop.rewards import RewardConfig
 from hljax.rl.run_config import ConfigError, DistributedSpec, SolverSpec, TaskSpec, solver_fields, typed
 from hljax.sharding import MeshConfig
 from sandbox.config import SandboxConfig

@@ -32,11 +32,11 @@ from hljax.generate.local import LocalGenerator, render_chat
 from hljax.generate.server import Server
 from hljax.generate.types import SamplingParams
 from hljax.harness import edits, seeds
+from hljax.loop import rewards as rw
 from hljax.loop.revision import Candidate, candidate, score_candidates
 from hljax.loop.selection import BestOfG, Scored
 from hljax.loop.states import StatePool
 from hljax.rl import grpo
-from hljax.rl import rewards as rw
 from hljax.seeding import derive_seed
 from hljax.tasks.suite import SEED_HARNESS, build_tasks
 from sandbox.pool import SandboxPool

@@ -14,9 +14,9 @@ import ml_collections
 from hljax.generate.endpoints import GeneratorSpec
 from hljax.generate.types import SamplingParams
 from hljax.harness.prompts import PromptConfig
+from hljax.loop.rewards import RewardConfig
 from hljax.loop.states import StatesSpec
 from hljax.rl.config import LossConfig, OptimConfig
-from hljax.rl.rewards import RewardConfig
 from hljax.sharding import MeshConfig
 from sandbox.config import SandboxConfig, SolverConfig
 
@@ -120,7 +120,7 @@ class SolverSpec:
 @dataclasses.dataclass(frozen=True)
 class TaskSpec:
     suite: Literal["reasoning_gym", "multihop_qa"] = "reasoning_gym"
-    role: Literal["sft", "rl", "heldout"] = "rl"  # Which family list of configs/rg_families.py.
+    role: Literal["sft", "rl", "heldout"] = "rl"  # Which family list of hljax/tasks/rg_families.py.
     families: tuple[str, ...] = ()  # A subset of that list.
     qa_files: tuple[str, ...] = ()  # multihop_qa: "dataset:path" entries (hotpotqa, musique, 2wikimultihopqa).
     qa_aliases: str = ""  # 2WikiMultihopQA's id_aliases.json, if given.

@@ -33,11 +33,11 @@ from hljax import metrics as mx
 from hljax import sharding as shd
 from hljax.checkpoint import hf
 from hljax.checkpoint.orbax import TrainCheckpointer
+from hljax.checkpoint.presets import init_model
 from hljax.generate.engine import Engine, EngineConfig, Request
 from hljax.generate.types import SamplingParams
+from hljax.loop import rewards as rw
 from hljax.loop.revision import candidate
-from hljax.models.presets import init_model
-from hljax.rl import rewards as rw
 from hljax.rl import sft_data
 from hljax.rl.batching import bucket_length, completion_logprobs, pack, split_micro
 from hljax.rl.config import LossConfig
