@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterable
 from sandbox.config import SandboxConfig
 
 if TYPE_CHECKING:
-    from hljax.data.collect import CollectConfig
+    from hljax.data.collect_config import CollectConfig
     from hljax.loop.run_config import EvalRunConfig
     from hljax.rl.run_config import RunConfig
 

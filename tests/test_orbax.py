@@ -8,6 +8,7 @@ from flax import nnx
 from hljax import sharding as shd
 from hljax.checkpoint import hf
 from hljax.checkpoint.orbax import TrainCheckpointer
+from hljax.mesh import MeshConfig
 
 
 def _leaves(tree):
@@ -27,7 +28,7 @@ def test_round_trip_keep_n_and_other_mesh(tiny_tied, tmp_path):
     ckpt.wait()
     assert ckpt.latest_step() == 3 and ckpt.all_steps() == [2, 3]
 
-    mesh8 = shd.make_mesh(shd.MeshConfig(data=1, fsdp=4, tensor=2))
+    mesh8 = shd.make_mesh(MeshConfig(data=1, fsdp=4, tensor=2))
     fresh = hf.load_hf(tiny_tied, mesh8)
     with shd.use_mesh(mesh8):
         fresh_opt = nnx.Optimizer(fresh, optax.adam(1e-2), wrt=nnx.Param)

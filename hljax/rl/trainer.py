@@ -38,6 +38,7 @@ from hljax.generate.engine import Engine, EngineConfig, Request
 from hljax.generate.types import SamplingParams
 from hljax.loop import rewards as rw
 from hljax.loop.revision import candidate
+from hljax.mesh import MeshConfig
 from hljax.rl import sft_data
 from hljax.rl.batching import bucket_length, completion_logprobs, pack, split_micro
 from hljax.rl.config import LossConfig
@@ -329,7 +330,7 @@ class Trainer:
         gathered copy on this process's first CPU device (collective: all processes call it)."""
         if not self.multi:
             return self.model
-        return dist.local_copy(self.model, shd.make_mesh(shd.MeshConfig(1, 1, 1), jax.local_devices(backend="cpu")[:1]))
+        return dist.local_copy(self.model, shd.make_mesh(MeshConfig(1, 1, 1), jax.local_devices(backend="cpu")[:1]))
 
     # ----- shared -----
 
