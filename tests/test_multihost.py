@@ -32,16 +32,16 @@ L = 32
 
 def _fixed_rollouts():
     """A step's rollouts as the trainer would have them: 4 groups of 4, contiguous, in step order."""
-    from hljax.rl.rollout import KINDS, STATS
+    from hljax.rl.rollout import COL, KINDS, STATS
 
     rng = np.random.default_rng(0)
     prompts = [rng.integers(3, 160, 3 + s).tolist() for s in range(B // G) for _ in range(G)]
     completions = [rng.integers(3, 160, 2 + (r * 7) % 11).tolist() for r in range(B)]
     stats = np.zeros((B, len(STATS)))
-    stats[:, 0] = rng.choice([0.0, 0.1, 0.2, 0.7, 1.2], B)
-    stats[5, 0] = np.nan  # An infrastructure error: its whole group (rows 4-7) leaves the loss.
-    stats[:, 1] = KINDS.index("ran")
-    stats[5, 1] = KINDS.index("infra_error")
+    stats[:, COL["reward"]] = rng.choice([0.0, 0.1, 0.2, 0.7, 1.2], B)
+    stats[5, COL["reward"]] = np.nan  # An infrastructure error: its whole group (rows 4-7) leaves the loss.
+    stats[:, COL["kind"]] = KINDS.index("ran")
+    stats[5, COL["kind"]] = KINDS.index("infra_error")
     return prompts, completions, stats
 
 

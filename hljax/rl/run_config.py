@@ -8,7 +8,7 @@ override fields of it. A locked ml_collections config becomes a `RunConfig` thro
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import ml_collections
 
@@ -19,6 +19,9 @@ from hljax.loop.states import StatesSpec
 from hljax.mesh import MeshConfig
 from hljax.rl.config import LossConfig, OptimConfig
 from sandbox.config import SandboxConfig
+
+if TYPE_CHECKING:
+    from hljax.generate.endpoints import GeneratorSpec
 
 # SFT takes larger steps than GRPO, with a warm-up and a shorter second-moment memory; the bare
 # OptimConfig defaults are GRPO's (the `optim` block).
@@ -66,6 +69,14 @@ class RolloutSpec:
     sync_dir: str = ""  # Where new weights are exported for /update_weights_from_disk ("" = run_dir/sync).
     max_batch: int = 16
     max_seq_len: int = 4096
+
+    def generator_spec(self, init_path: str, dtype: str) -> GeneratorSpec:
+        """How to open the proposer: `init_path` holds the weights an embedded server starts from, and
+        the tokenizer of an external one."""
+        from hljax.generate.endpoints import GeneratorSpec  # JAX and transformers: not for config files.
+
+        return GeneratorSpec(self.backend, init_path, url=self.url if self.backend == "sglang" else "",
+                             max_batch=self.max_batch, max_seq_len=self.max_seq_len, dtype=dtype)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -262,7 +262,13 @@ class Trainer:
     def _grpo_step(self, step: int) -> dict:
         cfg, g = self.cfg, self.cfg.grpo
         if self.rollouts is None:
-            self.rollouts = Rollouts(cfg, self.init_path, self.tokenizer, self.local_mesh)
+            self.rollouts = Rollouts(
+                cfg.rollout.generator_spec(self.init_path, cfg.model.dtype),
+                cfg.solver.generator_spec(self.init_path, cfg.seed), cfg.solver.budget, grpo=cfg.grpo,
+                states=cfg.states, tasks=cfg.tasks, sandbox=cfg.sandbox, reward=cfg.reward, prompt=cfg.prompt,
+                seed=cfg.seed, first_step=cfg.sft_steps, sync_dtype=cfg.model.param_dtype,
+                sync_dir=cfg.rollout.sync_dir or os.path.join(cfg.run_dir, "sync"),
+                states_dir=os.path.join(cfg.run_dir, "states"), tokenizer=self.tokenizer, mesh=self.local_mesh)
             self.rollouts.sync(self._host_model(), version=str(step))  # Resumed or post-SFT weights.
             if cfg.loss.beta > 0:
                 self.ref_model = hf.load_hf(self._reference_path(), self.mesh, dtype=getattr(jnp, cfg.model.dtype))
