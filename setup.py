@@ -41,7 +41,8 @@ setup(
     version="0.1.0",
     description="Harness learning: train a proposer LLM to rewrite agent harnesses, in JAX/Flax NNX.",
     python_requires=">=3.10",
-    packages=find_packages(include=["hljax", "hljax.*", "sandbox", "sandbox.*", "launch", "launch.*"]),
+    # configs: experiment files, found by path; installed too, so an installed hljax has them.
+    packages=find_packages(include=["hljax", "hljax.*", "sandbox", "sandbox.*", "launch", "launch.*", "configs"]),
     package_data={"hljax": ["assets/tokenizer/*", "kernels/*.cc"]},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,

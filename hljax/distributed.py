@@ -22,6 +22,7 @@ from flax import nnx
 from jax.experimental import multihost_utils
 
 from hljax import sharding as shd
+from hljax.mesh import MeshConfig
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +250,7 @@ def local_copy(model, mesh: jax.sharding.Mesh):
     return nnx.merge(graphdef, placed)
 
 
-def local_mesh(mesh_cfg: shd.MeshConfig) -> jax.sharding.Mesh:
+def local_mesh(mesh_cfg: MeshConfig) -> jax.sharding.Mesh:
     """A mesh over this process's devices only, keeping the configured tensor parallelism, for the
     engines each process runs for itself (embedded proposer server, embedded solver)."""
-    return shd.make_mesh(shd.MeshConfig(1, -1, mesh_cfg.tensor), jax.local_devices())
+    return shd.make_mesh(MeshConfig(1, -1, mesh_cfg.tensor), jax.local_devices())

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterable
 from sandbox.config import SandboxConfig
 
 if TYPE_CHECKING:
-    from hljax.data.collect import CollectConfig
+    from hljax.data.collect_config import CollectConfig
     from hljax.loop.run_config import EvalRunConfig
     from hljax.rl.run_config import RunConfig
 
@@ -122,7 +122,7 @@ def check_tokenizer_dir(path: str, key: str) -> None:
 
 
 def check_preset(preset: str, key: str = "model.preset") -> None:
-    from hljax.models.presets import PRESETS
+    from hljax.checkpoint.presets import PRESETS
 
     if preset not in PRESETS:
         raise PreflightError(f"{key}={preset!r} is not a preset: choose one of {', '.join(sorted(PRESETS))}, "
@@ -374,7 +374,7 @@ def _safetensors_params(path: str) -> int:
 def _preset_params(preset: str) -> int:
     """Parameter count of a preset; 0 for the tiny ones (their vocabulary comes from the tokenizer,
     and the disk floor covers them)."""
-    from hljax.models.presets import PRESETS
+    from hljax.checkpoint.presets import PRESETS
 
     if preset.startswith("tiny"):
         return 0

@@ -9,8 +9,6 @@ The same code runs on 1 device and on N: a 1x1x1 mesh makes every rule trivially
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import math
 from typing import Iterator, Sequence
 
 import jax
@@ -18,6 +16,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from hljax.mesh import MeshConfig
 
 # Mesh axes.
 DATA = "data"  # Pure data parallelism: parameters replicated.
@@ -64,30 +64,6 @@ LOGICAL_RULES: tuple[tuple[str, MeshAxes], ...] = (
     (ACT_MLP, TENSOR),
     (ACT_VOCAB, TENSOR),
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class MeshConfig:
-    """Mesh shape; -1 on one axis means "all remaining devices"."""
-
-    data: int = 1
-    fsdp: int = -1
-    tensor: int = 1
-
-    def shape(self, num_devices: int) -> tuple[int, int, int]:
-        sizes = [self.data, self.fsdp, self.tensor]
-        if sizes.count(-1) > 1:
-            raise ValueError(f"at most one mesh axis may be -1, got {self}")
-        if any(s == 0 or s < -1 for s in sizes):
-            raise ValueError(f"mesh axis sizes must be positive or -1, got {self}")
-        known = math.prod(s for s in sizes if s != -1)
-        if -1 in sizes:
-            if num_devices % known:
-                raise ValueError(f"{num_devices} devices do not divide into mesh {self}")
-            sizes[sizes.index(-1)] = num_devices // known
-        if math.prod(sizes) != num_devices:
-            raise ValueError(f"mesh {self} needs {math.prod(sizes)} devices, have {num_devices}")
-        return tuple(sizes)
 
 
 def make_mesh(config: MeshConfig = MeshConfig(), devices: Sequence[jax.Device] | None = None) -> Mesh:

@@ -25,7 +25,8 @@ def main(argv):
         # Imported once the flags parsed: a flag error comes back without waiting for JAX to load.
         from hljax import preflight
         from hljax.loop.evaluate import run
-        from hljax.loop.run_config import ConfigError, EvalRunConfig
+        from hljax.config import ConfigError
+        from hljax.loop.run_config import EvalRunConfig
 
         cfg = EvalRunConfig.from_config(_CONFIG.value)
         if cfg.evaluation.protocol != "rounds":

@@ -22,7 +22,8 @@ def main(argv):
     with start_up(verbose()):
         # Imported once the flags parsed: a flag error comes back without waiting for JAX to load.
         from hljax import preflight
-        from hljax.data.collect import CollectConfig, Collector, format_summary
+        from hljax.data.collect import Collector, format_summary
+        from hljax.data.collect_config import CollectConfig
 
         cfg = CollectConfig.from_config(_CONFIG.value)
         checked = preflight.collect(cfg)

@@ -12,13 +12,9 @@ import os
 
 import jax.numpy as jnp
 
-from flax import nnx
-
 from hljax import sharding as shd
 from hljax.checkpoint import hf
 from hljax.checkpoint.orbax import TrainCheckpointer
-from hljax.rl.config import OptimConfig
-from hljax.rl.train_step import make_optimizer
 
 
 def export(checkpoint_dir: str, step: int | None, out: str, base: str | None = None, dtype: str | None = None) -> str:
@@ -39,12 +35,7 @@ def export(checkpoint_dir: str, step: int | None, out: str, base: str | None = N
         raise ValueError(f"{checkpoint_dir}: no step {step}; available steps: {available}")
     mesh = shd.make_mesh()
     model = hf.load_hf(base, mesh, dtype=param_dtype, param_dtype=param_dtype)
-    # The saved optimiser state has the structure of its stage's optimiser; rebuild that to restore.
-    stage = ckpt.read_meta(step)["stage"]
-    optim = OptimConfig(**run_cfg["sft_optim" if stage == "sft" else "optim"])
-    with shd.use_mesh(mesh):
-        optimizer = nnx.Optimizer(model, make_optimizer(optim), wrt=nnx.Param)
-    ckpt.restore(model, optimizer, step)
+    ckpt.restore_model(model, step)  # The weights alone: the optimiser state stays on disk.
     ckpt.close()
     return hf.save_hf(model, out, dtype=dtype, source_dir=base)
 

@@ -5,7 +5,7 @@
 
 import argparse
 
-from hljax.models.presets import PRESETS, init_model
+from hljax.checkpoint.presets import PRESETS, init_model
 
 
 def main():

@@ -12,6 +12,7 @@ from hljax import sharding as shd
 from hljax.generate.engine import EngineConfig
 from hljax.generate.local import LocalGenerator
 from hljax.generate.server import Server
+from hljax.mesh import MeshConfig
 from launch.common import ArgumentParser, start_up
 
 
@@ -29,7 +30,7 @@ def main():
         checked = preflight.serve(args.model, args.host, args.port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.info("preflight passed: %s", ", ".join(checked))
-    mesh = shd.make_mesh(shd.MeshConfig(data=1, fsdp=-1, tensor=args.tensor))
+    mesh = shd.make_mesh(MeshConfig(data=1, fsdp=-1, tensor=args.tensor))
     config = EngineConfig(max_batch=args.max_batch, max_seq_len=args.max_seq_len)
     generator = LocalGenerator.from_pretrained(args.model, mesh, config, dtype=getattr(jnp, args.dtype))
     server = Server(generator, args.model, args.host, args.port)

@@ -19,7 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from configs import rg_families, tiny  # noqa: E402
+from configs import tiny  # noqa: E402
 from hljax.harness import edits, seeds  # noqa: E402
 from hljax.loop.revision import build_state, candidate  # noqa: E402
 from hljax.tasks.suite import split_config  # noqa: E402
@@ -89,7 +89,7 @@ def main():
     for _, note, completion in EDITS:  # Every bundled edit must apply to the seed harness.
         result = candidate(harness, completion)
         assert isinstance(result, edits.Applied), (note, result)
-    lists = FamilyLists.from_config(rg_families.get_config())
+    lists = FamilyLists.shipped()
     base = RGTaskConfig(family=lists.families("sft")[0], generator_seed=cfg.seed, pool_size=cfg.tasks.pool_size,
                         splits=split_config(cfg.tasks.feedback, cfg.tasks.scoring, cfg.tasks.eval, cfg.seed))
     tasks = family_tasks(lists, "sft", base)

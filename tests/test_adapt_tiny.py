@@ -11,7 +11,7 @@ import time
 import pytest
 
 from hljax.loop import records as rec
-from hljax.models.presets import init_model
+from hljax.checkpoint.presets import init_model
 from hljax.tasks.reasoning_gym import ReasoningGymTask, RGTaskConfig
 from hljax.tasks.suite import split_config
 from sandbox.isolation import bwrap_path as _bwrap_path

@@ -17,7 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from configs import collect_tiny
+from hljax.config import ConfigError
 from hljax.data import collect as co
+from hljax.data.collect_config import CollectConfig
 from hljax.harness import edits, filters as fl, seeds
 from hljax.loop.revision import candidate
 from hljax.rl import sft_data
@@ -194,7 +196,7 @@ def _tiny_config(tmp_path, **overrides):
 
 @pytest.mark.slow
 def test_collector_keeps_only_what_passes_every_filter(tmp_path):
-    from hljax.models.presets import init_model
+    from hljax.checkpoint.presets import init_model
 
     solver_path = init_model("tiny", str(tmp_path / "solver"), seed=0)
     c = _tiny_config(tmp_path, **{"tasks.families": ("spell_backward",), "teacher.backend": "remote",
@@ -202,7 +204,7 @@ def test_collector_keeps_only_what_passes_every_filter(tmp_path):
                                   "solver.path": solver_path,
                                   "filters.fixed_sampling": ("temperature",), "filters.max_code_lines": 60})
     # The hard-coding cheat copies the references shown in the report: the feedback questions'.
-    (task,) = build_tasks(co.CollectConfig.from_config(c).tasks, c.seed)
+    (task,) = build_tasks(CollectConfig.from_config(c).tasks, c.seed)
     words = {q.payload.entry["question"].split()[-1]: q.payload.entry["answer"] for q in task.feedback_round(0)}
     script = {
         "kept": block(LEGIT),
@@ -220,7 +222,7 @@ def test_collector_keeps_only_what_passes_every_filter(tmp_path):
     teacher = ScriptedTeacher(list(script.values()))
     c.teacher.url = teacher.url
     c.proposals = len(script)
-    cfg = co.CollectConfig.from_config(c)
+    cfg = CollectConfig.from_config(c)
     with co.Collector(cfg) as collector:
         summary = collector.run()
 
@@ -254,8 +256,8 @@ def test_collector_keeps_only_what_passes_every_filter(tmp_path):
         assert collector.run() == summary
     assert len(teacher.requests) == 1
     c.filters.min_improvement = 0.5  # Other settings: refused, naming the key.
-    with pytest.raises(co.ConfigError, match="filters.min_improvement"):
-        with co.Collector(co.CollectConfig.from_config(c)) as collector:
+    with pytest.raises(ConfigError, match="filters.min_improvement"):
+        with co.Collector(CollectConfig.from_config(c)) as collector:
             collector.run()
 
 

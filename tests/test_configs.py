@@ -1,19 +1,35 @@
 """Every config file in configs/ parses into its typed config (required paths given dummy values);
-the list comes from the folder, so a new config is covered the moment it is added."""
+the list comes from the folder, so a new config is covered the moment it is added. The typed
+dataclasses are the one schema: every field is a `--config.` key of every config of its kind, and
+the schema files hold no default of their own."""
 
+import dataclasses
 import glob
 import importlib
+import json
 import os
+import subprocess
+import sys
+import typing
 
 import pytest
+from absl import flags
+from ml_collections import config_flags
 
-from hljax.data.collect import CollectConfig
+from hljax import config as hc
+from hljax.config import ConfigError, SolverSpec, TaskSpec, typed
+from hljax.data.collect_config import CollectConfig
 from hljax.loop.run_config import EvalRunConfig
-from hljax.rl.run_config import ConfigError, RunConfig
+from hljax.rl.run_config import RunConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NOT_RUN_CONFIGS = {"__init__", "rg_families"}  # The family lists, not a run.
-NAMES = sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(ROOT, "configs", "*.py")))
+NAMES = sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(ROOT, "configs", "*.py"))
+               if not p.endswith("__init__.py"))
+SCHEMA = {"train": RunConfig, "eval": EvalRunConfig, "collect": CollectConfig}
+
+
+def _load(name: str):
+    return importlib.import_module(f"configs.{name}").get_config()
 
 
 def _kind(c) -> str:
@@ -35,33 +51,136 @@ def _fill_required(c, kind: str):
     if c.solver.backend == "sglang":
         c.solver.path = c.solver.path or "/models/solver"
         c.solver.url = c.solver.url or "http://127.0.0.1:30000"
+    if kind == "collect" and c.teacher.backend == "remote":
+        c.teacher.url = c.teacher.url or "http://127.0.0.1:30001"
+        c.teacher.model = c.teacher.model or "teacher"
+        c.teacher.path = c.teacher.path or "/models/teacher"
     return c
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n not in NOT_RUN_CONFIGS])
+@pytest.mark.parametrize("name", NAMES)
 def test_every_config_parses(name):
-    c = importlib.import_module(f"configs.{name}").get_config()
+    c = _load(name)
     kind = _kind(c)
-    c = _fill_required(c, kind)
-    if kind == "eval":
-        cfg = EvalRunConfig.from_config(c)
-    elif kind == "collect":
-        if c.teacher.backend == "remote":
-            c.teacher.url = c.teacher.url or "http://127.0.0.1:30001"
-            c.teacher.model = c.teacher.model or "teacher"
-            c.teacher.path = c.teacher.path or "/models/teacher"
-        cfg = CollectConfig.from_config(c)
-    else:
-        try:
-            cfg = RunConfig.from_config(c)
-        except ConfigError as e:
-            pytest.fail(f"configs/{name}.py does not parse with dummy required paths: {e}")
-    assert cfg is not None
+    try:
+        cfg = SCHEMA[kind].from_config(_fill_required(c, kind))
+    except ConfigError as e:
+        pytest.fail(f"configs/{name}.py does not parse with dummy required paths: {e}")
+    assert isinstance(cfg, SCHEMA[kind])
+
+
+def _paths(cls, prefix: str = "", flat: bool = False) -> list[str]:
+    """The config key of every field of `cls`, as config_tree lays them out."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.metadata.get(hc.DERIVED):
+            continue
+        if dataclasses.is_dataclass(hints[f.name]):
+            sub_flat = flat or f.metadata.get(hc.FLAT, False)
+            out += _paths(hints[f.name], prefix if sub_flat else f"{prefix}{f.name}.", sub_flat)
+        else:
+            out.append(prefix + f.name)
+    return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_field_is_a_config_key(name):
+    """...with a type the command line can set (a bare None could not be overridden)."""
+    c = _load(name)
+    missing, untyped = [], []
+    for path in _paths(SCHEMA[_kind(c)]):
+        *parents, key = path.split(".")
+        node = c
+        for p in parents:
+            node = node[p] if p in node else None
+            if node is None:
+                break
+        if node is None or key not in node:
+            missing.append(path)
+        elif node.get_type(key) is type(None):
+            untyped.append(path)
+    assert not missing, f"configs/{name}.py lacks keys {missing}"
+    assert not untyped, f"configs/{name}.py: {untyped} are None without a type"
+
+
+@pytest.mark.parametrize("schema,cls,overrides", [
+    ("base", RunConfig, {}),
+    ("adapt_base", EvalRunConfig, {}),
+    ("collect_rg", CollectConfig, {"out": "data/rg_teacher.jsonl", "run_dir": "runs/collect_rg"}),
+])
+def test_schema_files_hold_only_the_dataclass_defaults(schema, cls, overrides):
+    assert _load(schema).to_dict() == {**hc.defaults(cls), **overrides}
+
+
+def test_fields_no_config_set_before_are_settable_from_the_command_line():
+    argv = [
+        "prog", "--config", os.path.join(ROOT, "configs", "tiny.py"),
+        "--config.loss.eps_high=0.3", "--config.loss.max_tokens=512", "--config.sandbox.max_tasks=600",
+        "--config.sandbox.wall_timeout_s=250", "--config.prompt.report_max_tokens=900",
+        "--config.solver.batch_window_s=0.01", "--config.solver.seed=3", "--config.solver.stop=('END',)",
+    ]
+    fv = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "", flag_values=fv, lock_config=True, sys_argv=argv)
+    fv(argv)
+    cfg = RunConfig.from_config(fv.config)
+    assert (cfg.loss.eps_high, cfg.loss.max_tokens) == (0.3, 512)
+    assert (cfg.sandbox.max_tasks, cfg.sandbox.wall_timeout_s) == (600, 250.0)
+    assert cfg.prompt.report_max_tokens == 900
+    assert cfg.solver.budget.batch_window_s == 0.01
+    assert (cfg.solver.budget.sampling.seed, cfg.solver.budget.sampling.stop) == (3, ("END",))
+    assert cfg.solver.budget.sampling.max_new_tokens == 32  # tiny.py's own value, untouched.
+
+
+def test_run_defaults_that_differ_from_a_components_own():
+    """Resolved once, in the run configs (see the comments where they are declared)."""
+    cfg = RunConfig()
+    assert (cfg.loss.eps_low, cfg.loss.eps_high) == (0.2, 0.28)
+    assert (cfg.sft_optim.learning_rate, cfg.sft_optim.warmup_steps, cfg.sft_optim.b2) == (1e-5, 10, 0.95)
+    assert (cfg.optim.learning_rate, cfg.optim.warmup_steps, cfg.optim.b2) == (1e-6, 0, 0.999)
+    assert cfg.sandbox.timeout_s == EvalRunConfig.__dataclass_fields__["sandbox"].default.timeout_s == 20.0
+    assert (cfg.solver.budget.sampling.temperature, cfg.solver.budget.max_calls) == (0.0, 4)
+
+
+def test_derived_fields_are_not_config_keys():
+    c = _load("base")
+    assert "mode" not in c.loss and "temperature" not in c.loss
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['temperature'\]"):
+        typed(RunConfig, {"loss": {"temperature": 0.7}}, "config")
+
+
+def test_a_partial_solver_block_keeps_the_run_defaults():
+    """Keys a block leaves out come from the field's default, as in the tree: here the run's solver
+    budget (greedy), not SamplingParams' own temperature of 1.0."""
+    spec = typed(SolverSpec, {"max_calls": 3, "top_k": 5}, "config.solver")
+    assert (spec.budget.max_calls, spec.budget.max_tokens) == (3, 2048)
+    assert (spec.budget.sampling.top_k, spec.budget.sampling.temperature) == (5, 0.0)
+    with pytest.raises(ConfigError, match=r"config\.solver: unknown key\(s\) \['temprature'\]"):
+        typed(SolverSpec, {"temprature": 0.5}, "config.solver")
+
+
+def test_tiny_resolves_to_the_values_the_learning_benchmark_was_measured_with():
+    """bench/learning.py and docs/benchmarks.md depend on configs/tiny.py: a change of any default it
+    inherits must be deliberate (then update tests/data/tiny_run_config.json with it)."""
+    with open(os.path.join(ROOT, "tests", "data", "tiny_run_config.json")) as f:
+        expected = json.load(f)
+    resolved = json.loads(json.dumps(dataclasses.asdict(RunConfig.from_config(_load("tiny")))))
+    assert resolved == expected
+
+
+def test_config_files_load_without_jax():
+    """The launchers read the config file while parsing flags: a flag error comes back before JAX,
+    transformers or reasoning-gym load, so the schema modules config files import stay free of them."""
+    code = ("import importlib, sys\n"
+            f"for name in {NAMES!r}:\n"
+            "    importlib.import_module(f'configs.{name}').get_config()\n"
+            "print(sorted({'jax', 'flax', 'transformers', 'reasoning_gym', 'torch'} & set(sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
 
 
 def test_a_string_for_a_tuple_field_names_the_key():
     """`--config.tasks.qa_files=(1` reaches the schema as the string "(1"."""
-    from hljax.rl.run_config import TaskSpec, typed
-
     with pytest.raises(ConfigError, match=r"tasks\.qa_files='\(1' must be a tuple"):
         typed(TaskSpec, {"qa_files": "(1"}, "config.tasks")

@@ -12,6 +12,7 @@ from hljax.checkpoint import hf
 from hljax.generate.engine import Engine, EngineConfig, Request, _decode_chunk
 from hljax.generate.types import SamplingParams
 from hljax.kernels import cpu_decode
+from hljax.mesh import MeshConfig
 from hljax.models import dense
 from tests import tiny, tiny_qwen3_5
 
@@ -162,13 +163,13 @@ def test_config_errors_name_the_problem():
 
 
 def test_on_with_a_sharded_mesh_says_why(tiny_untied):
-    mesh = shd.make_mesh(shd.MeshConfig(1, 2, 1), jax.devices()[:2])
+    mesh = shd.make_mesh(MeshConfig(1, 2, 1), jax.devices()[:2])
     with pytest.raises(cpu_decode.KernelUnavailable, match="2 devices"):
         Engine(hf.load_hf(tiny_untied, mesh), mesh, EngineConfig(cpu_kernels="on"))
 
 
 def test_auto_on_a_sharded_mesh_uses_xla(tiny_untied):
-    mesh = shd.make_mesh(shd.MeshConfig(1, 2, 1), jax.devices()[:2])
+    mesh = shd.make_mesh(MeshConfig(1, 2, 1), jax.devices()[:2])
     engine = Engine(hf.load_hf(tiny_untied, mesh), mesh, EngineConfig(cpu_kernels="auto"))
     assert engine.kernels is False and engine._packed == {}
 

@@ -4,8 +4,9 @@ import importlib
 
 import pytest
 
+from hljax.config import ConfigError
 from hljax.loop import tables
-from hljax.loop.run_config import ConfigError, EvalRunConfig, ProposerEntry
+from hljax.loop.run_config import EvalRunConfig, ProposerEntry
 
 CONFIGS = ["adapt_tiny", "adapt_rg", "adapt_qa", "eval_rg_single", "eval_rg_multistep", "eval_qa_single",
            "eval_qa_rounds"]

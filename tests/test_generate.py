@@ -12,6 +12,7 @@ from hljax.checkpoint import hf
 from hljax.generate.engine import Engine, EngineConfig, Request, RequestError
 from hljax.generate.local import LocalGenerator
 from hljax.generate.types import SamplingParams
+from hljax.mesh import MeshConfig
 
 LENGTHS = [5, 17, 9, 1, 30]
 
@@ -58,7 +59,7 @@ def test_greedy_on_a_sharded_mesh_equals_single_device(setup, tiny_untied):
     _, tok, engine, prompts = setup
     sp = SamplingParams(max_new_tokens=12, temperature=0.0)
     want = [o.token_ids for o in engine.generate([Request(p, sp) for p in prompts])]
-    mesh = shd.make_mesh(shd.MeshConfig(data=1, fsdp=4, tensor=2))
+    mesh = shd.make_mesh(MeshConfig(data=1, fsdp=4, tensor=2))
     sharded = Engine(hf.load_hf(tiny_untied, mesh), mesh, EngineConfig(max_batch=8, max_seq_len=256), tok)
     assert [o.token_ids for o in sharded.generate([Request(p, sp) for p in prompts])] == want
 

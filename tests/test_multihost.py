@@ -32,16 +32,16 @@ L = 32
 
 def _fixed_rollouts():
     """A step's rollouts as the trainer would have them: 4 groups of 4, contiguous, in step order."""
-    from hljax.rl.rollout import KINDS, STATS
+    from hljax.rl.rollout import COL, KINDS, STATS
 
     rng = np.random.default_rng(0)
     prompts = [rng.integers(3, 160, 3 + s).tolist() for s in range(B // G) for _ in range(G)]
     completions = [rng.integers(3, 160, 2 + (r * 7) % 11).tolist() for r in range(B)]
     stats = np.zeros((B, len(STATS)))
-    stats[:, 0] = rng.choice([0.0, 0.1, 0.2, 0.7, 1.2], B)
-    stats[5, 0] = np.nan  # An infrastructure error: its whole group (rows 4-7) leaves the loss.
-    stats[:, 1] = KINDS.index("ran")
-    stats[5, 1] = KINDS.index("infra_error")
+    stats[:, COL["reward"]] = rng.choice([0.0, 0.1, 0.2, 0.7, 1.2], B)
+    stats[5, COL["reward"]] = np.nan  # An infrastructure error: its whole group (rows 4-7) leaves the loss.
+    stats[:, COL["kind"]] = KINDS.index("ran")
+    stats[5, COL["kind"]] = KINDS.index("infra_error")
     return prompts, completions, stats
 
 
@@ -59,7 +59,7 @@ def _params(model) -> dict[str, np.ndarray]:
 
 def worker(args) -> None:
     from hljax import distributed as dist
-    from hljax.rl.run_config import DistributedSpec
+    from hljax.config import DistributedSpec
 
     spec = DistributedSpec(coordinator=args.coordinator, num_processes=args.num_processes,
                            process_id=args.process_id, heartbeat_timeout_s=args.heartbeat_s, init_timeout_s=60,
@@ -72,6 +72,7 @@ def worker(args) -> None:
     from flax import nnx
 
     from hljax import sharding as shd
+    from hljax.mesh import MeshConfig
     from hljax.checkpoint import hf
     from hljax.checkpoint.orbax import TrainCheckpointer
     from hljax.rl import sft_data
@@ -84,7 +85,7 @@ def worker(args) -> None:
     pid, out = dist.process_index(), args.out
     os.makedirs(out, exist_ok=True)
     assert jax.device_count() == 8 and jax.local_device_count() == 8 // max(1, args.num_processes)
-    mesh = shd.make_mesh(shd.MeshConfig(data=1, fsdp=-1, tensor=1))
+    mesh = shd.make_mesh(MeshConfig(data=1, fsdp=-1, tensor=1))
     cfg = LossConfig(beta=0.04, logprob_chunk=8, std_scaling="batch")  # Batch std: needs every row.
 
     def fresh():
@@ -337,7 +338,7 @@ def test_trainer_grpo_two_processes_sample_what_one_does(tmp_path):
 
 def test_resolve_reads_config_then_environment(monkeypatch):
     from hljax import distributed as dist
-    from hljax.rl.run_config import DistributedSpec
+    from hljax.config import DistributedSpec
 
     for k in (dist.ENV_COORDINATOR, dist.ENV_NUM_PROCESSES, dist.ENV_PROCESS_ID):
         monkeypatch.delenv(k, raising=False)

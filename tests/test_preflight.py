@@ -130,7 +130,7 @@ def test_good_tiny_config_passes(tmp_path):
 
 def test_evaluate_and_collect_name_the_bad_entry(tmp_path):
     from configs import adapt_tiny, collect_tiny
-    from hljax.data.collect import CollectConfig
+    from hljax.data.collect_config import CollectConfig
     from hljax.loop.run_config import EvalRunConfig
 
     c = adapt_tiny.get_config()

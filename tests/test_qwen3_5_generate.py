@@ -16,6 +16,7 @@ from hljax.generate.engine import Engine, EngineConfig, Request
 from hljax.generate.local import LocalGenerator
 from hljax.generate.server import Server
 from hljax.generate.types import SamplingParams
+from hljax.mesh import MeshConfig
 from tests import tiny
 from tests import tiny_qwen3_5 as tq
 from tests.test_generate import _hf_logprobs
@@ -70,7 +71,7 @@ def test_eight_device_mesh_equals_one_device(setup):
     one = hf.load_hf(path, shd.single_device_mesh(), linear_chunk_size=CHUNK)
     with shd.use_mesh(shd.single_device_mesh()):
         want = np.asarray(forward(one, *args))
-    mesh = shd.make_mesh(shd.MeshConfig(data=1, fsdp=4, tensor=2))
+    mesh = shd.make_mesh(MeshConfig(data=1, fsdp=4, tensor=2))
     model = hf.load_hf(path, mesh, linear_chunk_size=CHUNK)
     with shd.use_mesh(mesh):
         batch = jax.device_put(args[0], jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(("data", "fsdp"))))

@@ -11,13 +11,14 @@ control: it is sent to the job, so the search must find it, which proves the sea
 import dataclasses
 import json
 import os
+import typing
 import uuid
 
 import pytest
 
 from hljax.harness import edits, seeds
-from hljax.loop.revision import candidate
-from hljax.rl import rewards as rw
+from hljax.loop import rewards as rw
+from hljax.loop.revision import Candidate, candidate
 from hljax.tasks.jobs import run_harness
 from hljax.tasks.reasoning_gym import ReasoningGymTask, RGTaskConfig
 from hljax.tasks.splits import SplitConfig
@@ -271,3 +272,11 @@ def test_outcome_of_unflagged_valid_edit_is_unchanged():
     res = [_ok("a", 1.0), dataclasses.replace(_error()), _ok("b")]
     out = rw.outcome(cfg, honest, res, ["a", "b", "c"])
     assert out.kind == "crashed" and out.reward == pytest.approx(1 / 3 + 0.1)
+
+
+def test_outcome_kinds_name_every_edit_failure_and_flag():
+    """OutcomeKind is written out once; a new edit failure class or flag must be added to it."""
+    failures = {t.__name__ for t in typing.get_args(Candidate) if t is not edits.Applied}
+    assert set(rw.OUTCOME_KINDS) == set(rw.RUN_KINDS) | failures | set(rw.FLAGGED_KINDS)
+    assert len(rw.OUTCOME_KINDS) == len(set(rw.OUTCOME_KINDS))
+    assert rw.FLAGGED_KINDS == tuple(f"flagged:{f}" for f in rw.FLAGS)

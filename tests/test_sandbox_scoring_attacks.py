@@ -85,7 +85,7 @@ def test_a_hanging_or_dying_scorer_scores_zero_and_the_batch_is_scored():
 
 
 def test_scorer_audit_covers_every_listed_family():
-    from configs import rg_families
+    from hljax.tasks import rg_families
 
     listed = set(rg_families.SFT + rg_families.RL + rg_families.HELDOUT)
     assert set(rg_families.SCORER_AUDIT) == listed

@@ -9,11 +9,12 @@ from jax.sharding import PartitionSpec as P
 
 from hljax import sharding as shd
 from hljax.checkpoint import hf
+from hljax.mesh import MeshConfig
 from tests import tiny
 
 MESHES = {
-    "fsdp4-tensor2": shd.MeshConfig(data=1, fsdp=4, tensor=2),
-    "data2-fsdp2-tensor2": shd.MeshConfig(data=2, fsdp=2, tensor=2),
+    "fsdp4-tensor2": MeshConfig(data=1, fsdp=4, tensor=2),
+    "data2-fsdp2-tensor2": MeshConfig(data=2, fsdp=2, tensor=2),
 }
 
 
@@ -72,10 +73,10 @@ def test_unknown_logical_name_and_bad_meshes_are_errors():
     with pytest.raises(KeyError, match="'embedd' has no rule"):
         shd.logical_to_spec(("embedd",))
     with pytest.raises(ValueError, match="needs 6 devices, have 8"):
-        shd.MeshConfig(data=1, fsdp=3, tensor=2).shape(8)
+        MeshConfig(data=1, fsdp=3, tensor=2).shape(8)
     with pytest.raises(ValueError, match="at most one mesh axis may be -1"):
-        shd.MeshConfig(data=-1, fsdp=-1, tensor=1).shape(8)
-    assert shd.MeshConfig(data=2, fsdp=-1, tensor=2).shape(8) == (2, 2, 2)
-    mesh = shd.make_mesh(shd.MeshConfig(1, 1, 8))
+        MeshConfig(data=-1, fsdp=-1, tensor=1).shape(8)
+    assert MeshConfig(data=2, fsdp=-1, tensor=2).shape(8) == (2, 2, 2)
+    mesh = shd.make_mesh(MeshConfig(1, 1, 8))
     with pytest.raises(ValueError, match="dimension 2 of shape .* not divisible by mesh axes tensor of size 8"):
         shd.named_sharding(mesh, (shd.EMBED, shd.KV_HEADS, shd.HEAD_DIM), (64, 2, 24))

@@ -7,9 +7,10 @@ import statistics
 import pytest
 
 from configs import tiny
+from hljax.config import ConfigError
 from hljax.generate.endpoints import GeneratorSpec
 from hljax.generate.types import SamplingParams
-from hljax.rl.run_config import ConfigError, RunConfig
+from hljax.rl.run_config import RunConfig
 from hljax.tasks.formats import FORMATS
 from hljax.tasks.reasoning_gym import ReasoningGymTask, RGTaskConfig
 from hljax.tasks.simulated_solver import CONFUSED, Behaviour, SimulatedSolver

@@ -5,13 +5,13 @@ import dataclasses
 import pytest
 import reasoning_gym
 
-from configs import rg_families
+from hljax.tasks import rg_families
 from hljax.tasks.base import SPLITS, guarded
 from hljax.tasks.formats import FORMATS
 from hljax.tasks.reasoning_gym import FamilyLists, RGTaskConfig, ReasoningGymTask, category, family_tasks
 from hljax.tasks.splits import SplitConfig
 
-LISTS = FamilyLists.from_config(rg_families.get_config())
+LISTS = FamilyLists.shipped()
 ALL_FAMILIES = [f for role in ("sft", "rl", "heldout") for f in LISTS.families(role)]
 WRONG = "definitely wrong 12345"
 

@@ -11,6 +11,7 @@ from flax import nnx
 
 from hljax import sharding as shd
 from hljax.checkpoint import hf
+from hljax.mesh import MeshConfig
 from hljax.rl.batching import pack, split_micro
 from hljax.rl.config import LossConfig, OptimConfig
 from hljax.rl.train_step import TrainBatch, batch_sharding, make_optimizer, sequence_logprobs_jit, train_step
@@ -86,7 +87,7 @@ def test_four_micro_batches_equal_one_big_batch(tiny_untied, aggregation):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mesh_cfg", [shd.MeshConfig(1, 4, 2), shd.MeshConfig(2, 2, 2)])
+@pytest.mark.parametrize("mesh_cfg", [MeshConfig(1, 4, 2), MeshConfig(2, 2, 2)])
 def test_sharded_step_equals_single_device(tiny_untied, mesh_cfg):
     cfg = LossConfig(beta=0.04, logprob_chunk=8)
     batch = _batch(2)

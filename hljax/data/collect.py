@@ -33,129 +33,32 @@ import dataclasses
 import json
 import logging
 import os
-from typing import Literal, Sequence
+from typing import Sequence
 
 import jax
-import ml_collections
 from tqdm import tqdm
 
 from hljax import sharding as shd
+from hljax.checkpoint.presets import init_model
+from hljax.config import ConfigError
+from hljax.data.collect_config import CollectConfig
 from hljax.data.teacher import ChatModel, OpenAIChatGenerator, OpenAIOptions, api_key_from_env
 from hljax.generate.client import ClientConfig
 from hljax.generate.endpoints import Endpoint, GeneratorSpec
 from hljax.generate.types import SamplingParams
 from hljax.harness import filters as fl
 from hljax.harness import seeds
-from hljax.harness.prompts import PromptConfig
+from hljax.loop import rewards
 from hljax.loop.revision import build_state, candidate, score_candidates
-from hljax.models.presets import init_model
-from hljax.rl import rewards
-from hljax.rl.run_config import ConfigError, SolverSpec, TaskSpec, solver_fields, typed
 from hljax.seeding import derive_seed
-from hljax.sharding import MeshConfig
 from hljax.tasks.base import Question, Task
 from hljax.tasks.multihop_qa import QAPayload
 from hljax.tasks.reasoning_gym import RGPayload
 from hljax.tasks.suite import SEED_HARNESS, build_tasks
-from sandbox.config import SandboxConfig
 from sandbox.pool import SandboxPool
 from sandbox.results import JobResult
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class TeacherSpec:
-    """The model that proposes revisions, and how it is sampled."""
-
-    # embedded_server: our JAX engine on `path` (or a random `preset` model) behind the HTTP API in
-    # this process, spoken to through `api` as any server would be. remote: a running server at `url`.
-    backend: Literal["embedded_server", "remote"] = "remote"
-    # openai: /v1/chat/completions (OpenAI, vLLM, SGLang; the server applies the chat template).
-    # sglang: SGLang's native /generate, the chat template rendered here from `path`'s tokenizer.
-    api: Literal["openai", "sglang"] = "openai"
-    url: str = ""
-    model: str = ""  # The openai request's "model" field; "" = the base name of `path`.
-    path: str = ""  # HF folder: the embedded weights, or the tokenizer for api="sglang".
-    preset: str = "tiny"  # embedded_server with no path: a random model of this preset (tests, smoke runs).
-    api_key_env: str = ""  # Name of the environment variable holding an API key ("" = none).
-    template_kwargs: bool = True  # Send chat_template_kwargs (SGLang/vLLM); off for api.openai.com.
-    enable_thinking: bool = False
-    max_new_tokens: int = 2048
-    temperature: float = 0.7
-    top_p: float = 0.95
-    top_k: int = -1
-    timeout_s: float = 600.0  # Per HTTP request.
-    max_batch: int = 16  # embedded_server engine limits.
-    max_seq_len: int = 8192
-
-
-@dataclasses.dataclass(frozen=True)
-class CollectConfig:
-    out: str  # JSONL of kept rows.
-    run_dir: str  # Scratch: the random teacher model of an embedded preset.
-    seed: int
-    rounds: int  # Revision states (feedback rounds) per task.
-    proposals: int  # Teacher completions per state.
-    scoring_questions: int  # Per task, from the start of the scoring split.
-    mesh: MeshConfig
-    teacher: TeacherSpec
-    solver: SolverSpec
-    tasks: TaskSpec
-    sandbox: SandboxConfig
-    prompt: PromptConfig
-    filters: fl.FilterConfig
-
-    def __post_init__(self):
-        need = []
-        if not self.out.endswith(".jsonl"):
-            need.append(f"out ending in .jsonl (got {self.out!r})")
-        if self.teacher.backend == "remote" and not self.teacher.url:
-            need.append("teacher.url (the teacher's server)")
-        if self.teacher.backend == "remote" and self.teacher.api == "sglang" and not self.teacher.path:
-            need.append("teacher.path (the teacher's HF folder, for its chat template)")
-        if self.teacher.backend == "remote" and self.teacher.api == "openai" and not self.teacher.model:
-            need.append("teacher.model (the served model's name)")
-        if self.solver.backend == "sglang" and not (self.solver.url and self.solver.path):
-            need.append("solver.url and solver.path (the solver's server, and its HF folder for the chat template)")
-        if self.solver.backend == "embedded" and not self.solver.path and self.teacher.backend == "remote":
-            need.append("solver.path (the solver's HF folder; only an embedded teacher's weights are a default)")
-        if self.tasks.suite == "multihop_qa" and not self.tasks.qa_files:
-            need.append("tasks.qa_files ('dataset:path' of the QA data)")
-        if need:
-            raise ConfigError("this config needs " + "; ".join(need))
-        for name in ("rounds", "proposals", "scoring_questions"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.scoring_questions > self.tasks.scoring:
-            raise ConfigError(f"scoring_questions={self.scoring_questions} exceeds tasks.scoring={self.tasks.scoring}")
-
-    @classmethod
-    def from_config(cls, cfg: ml_collections.ConfigDict) -> CollectConfig:
-        d = cfg.to_dict()
-        d["solver"] = solver_fields(d.get("solver", {}))
-        return typed(cls, d, "config")
-
-    @property
-    def stem(self) -> str:
-        return self.out[: -len(".jsonl")]
-
-    @property
-    def rejected_path(self) -> str:
-        return self.stem + ".rejected.jsonl"
-
-    def fingerprint(self) -> dict:
-        """What decides a row's content: a resumed run must match it. Not URLs, keys, rounds or families,
-        so a run can move servers or be extended with more rounds or families."""
-        d = dataclasses.asdict(self)
-        for k in ("url", "api_key_env", "timeout_s", "max_batch", "max_seq_len"):
-            d["teacher"].pop(k)
-        for k in ("url", "max_batch", "max_seq_len"):
-            d["solver"].pop(k)
-        d["tasks"].pop("families")
-        for k in ("out", "run_dir", "rounds", "mesh", "sandbox"):
-            d.pop(k)
-        return json.loads(json.dumps(d))
 
 
 # ----- rows on disk ---------------------------------------------------------------------------------

@@ -51,9 +51,11 @@ class GeneratorSpec:
 
 
 class Endpoint:
-    """A generator and whatever must be stopped with it."""
+    """A generator and whatever must be stopped with it (`server`: the embedded one, if any)."""
 
-    def __init__(self, spec: GeneratorSpec, mesh: jax.sharding.Mesh):
+    def __init__(self, spec: GeneratorSpec, mesh: jax.sharding.Mesh, tokenizer=None):
+        """`tokenizer`: one already loaded from `spec.path` (the trainer's, for its proposer), which the
+        SGLang client of an `embedded_server` or `sglang` endpoint then renders chats with."""
         self.spec = spec
         self.server: Server | None = None
         if spec.backend == "simulated":
@@ -62,14 +64,15 @@ class Endpoint:
             self.generator = SimulatedSolver(seed=spec.seed)
             return
         if spec.backend == "sglang":
-            client = SGLangGenerator(spec.url)
+            client = SGLangGenerator(spec.url, tokenizer)
             client.wait_until_ready(300)
-            tokenizer_path = spec.path or client.model_info().get("model_path", "")
-            try:
-                client.tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_path)
-            except (OSError, ValueError) as e:
-                raise ValueError(f"{spec.url}: cannot load the tokenizer from {tokenizer_path!r} (set path to the "
-                                 f"model's HF folder): {e}") from None
+            if tokenizer is None:
+                tokenizer_path = spec.path or client.model_info().get("model_path", "")
+                try:
+                    client.tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_path)
+                except (OSError, ValueError) as e:
+                    raise ValueError(f"{spec.url}: cannot load the tokenizer from {tokenizer_path!r} (set path to "
+                                     f"the model's HF folder): {e}") from None
             self.generator = client
             return
         local = LocalGenerator.from_pretrained(spec.path, mesh, EngineConfig(
@@ -78,8 +81,8 @@ class Endpoint:
             self.generator = local
             return
         self.server = Server(local, spec.path).start()
-        client = SGLangGenerator(self.server.url, local.tokenizer)
-        client.wait_until_ready(60)
+        client = SGLangGenerator(self.server.url, tokenizer if tokenizer is not None else local.tokenizer)
+        client.wait_until_ready(300)  # /health generates a token: the first one compiles the engine's step.
         self.generator = client
 
     def close(self) -> None:

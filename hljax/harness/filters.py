@@ -24,7 +24,7 @@ the first failure as the row's rejection reason. In the order the collector appl
                        task fixes (`FilterConfig.fixed_sampling`; then **kwargs are refused too,
                        since they cannot be checked).
 - runs_clean:          the new harness returned an answer (status "ok") on every feedback question.
-- not_flagged:         no reward-hacking flag (`hljax.rl.rewards.flags`) on the scoring runs.
+- not_flagged:         no reward-hacking flag (`hljax.loop.rewards.flags`) on the scoring runs.
 - improves:            its mean scoring-set score beats the parent's by more than `min_improvement`.
 
 The static scans are deliberately strict and best-effort: a harness for these tasks needs only

@@ -18,9 +18,9 @@ import numpy as np
 from hljax.generate.types import Completion, Generator, SamplingParams
 from hljax.harness.prompts import PromptConfig
 from hljax.loop import records as rec
+from hljax.loop import rewards as rw
 from hljax.loop.revision import build_state, candidate, score_candidates
 from hljax.loop.selection import PolicyName, Scored, make_policy
-from hljax.rl import rewards as rw
 from hljax.seeding import derive_seed
 from hljax.tasks.base import Question, Task
 from hljax.tasks.jobs import run_harness

@@ -21,9 +21,7 @@ import os
 from typing import Mapping, Sequence
 
 from hljax.loop.records import SEED_ID, CandidateRecord, RoundRecord, read_run
-
-# Kinds whose edit applied; anything else is an edit failure class name (SpanNotFound, ...).
-RUN_KINDS = ("ran", "crashed", "infra_error")
+from hljax.loop.rewards import RUN_KINDS
 _SUMMARY_META = "hljax-summary"  # <meta> carrying the page's summary as JSON, read by `write_index`.
 
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from hljax.loop.rewards import OutcomeKind
 
 SEED_ID = "seed"
 
@@ -24,7 +27,7 @@ class CandidateRecord:
     id: str
     parent: str  # Id of the harness this proposal revised.
     completion: str  # The proposer's raw text (the edit).
-    kind: str  # "ran" | "crashed" | "infra_error" | an edit failure class name ("SpanNotFound", ...).
+    kind: OutcomeKind
     detail: str  # Why an invalid edit failed, in words ("" when valid).
     score: float  # Mean scoring-set score; 0 for invalid or crashing candidates per the selection rules.
     scores: tuple[float, ...]  # Per scoring question, in order (empty when the edit was invalid).

@@ -1,7 +1,8 @@
 """The typed config of test-time adaptation and evaluation runs (`launch.adapt`, `launch.evaluate`).
 
-Built from a locked ml_collections config (configs/adapt_base.py is the schema): unknown keys, wrong
-types and bad values fail at start-up, naming the key.
+Its defaults are the schema: configs/adapt_base.py is `config_tree(EvalRunConfig)`, and experiment
+configs override fields of it. Built from a locked ml_collections config by `typed`
+(hljax/config.py): unknown keys, wrong types and bad values fail at start-up, naming the key.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from typing import Literal
 
 import ml_collections
 
+from hljax.config import RUN_SANDBOX, ConfigError, DistributedSpec, SolverSpec, TaskSpec, typed
 from hljax.harness.prompts import PromptConfig
 from hljax.loop.adapt import AdaptConfig
-from hljax.rl.rewards import RewardConfig
-from hljax.rl.run_config import ConfigError, DistributedSpec, SolverSpec, TaskSpec, solver_fields, typed
-from hljax.sharding import MeshConfig
+from hljax.loop.rewards import RewardConfig
+from hljax.mesh import MeshConfig
 from sandbox.config import SandboxConfig
 
 
@@ -83,20 +84,23 @@ class ReportSpec:
 
 @dataclasses.dataclass(frozen=True)
 class EvalRunConfig:
-    run_dir: str
-    seed: int
-    proposers: tuple[ProposerEntry, ...]
-    proposer: ProposerServing
-    solver: SolverSpec
-    tasks: TaskSpec
-    adapt: AdaptSpec
-    evaluation: EvaluationSpec
-    sandbox: SandboxConfig
-    reward: RewardConfig
-    prompt: PromptConfig
-    mesh: MeshConfig
-    distributed: DistributedSpec
-    report: ReportSpec
+    run_dir: str = "runs/eval"
+    seed: int = 0
+    # Rows of the results table, in a config as strings: "label=HF folder" (served by our engine behind
+    # the SGLang API) or "label=http://host:port" (a running SGLang server; "|/hf/folder" after the URL
+    # names its tokenizer). At least one is required.
+    proposers: tuple[ProposerEntry, ...] = ()
+    proposer: ProposerServing = ProposerServing()
+    solver: SolverSpec = SolverSpec()  # solver.path "" = the first proposer's folder.
+    tasks: TaskSpec = TaskSpec(role="heldout")
+    adapt: AdaptSpec = AdaptSpec()
+    evaluation: EvaluationSpec = EvaluationSpec()
+    sandbox: SandboxConfig = RUN_SANDBOX
+    reward: RewardConfig = RewardConfig()
+    prompt: PromptConfig = PromptConfig()
+    mesh: MeshConfig = MeshConfig()
+    distributed: DistributedSpec = DistributedSpec()
+    report: ReportSpec = ReportSpec()
 
     def __post_init__(self):
         if not self.proposers:
@@ -116,6 +120,5 @@ class EvalRunConfig:
     @classmethod
     def from_config(cls, cfg: ml_collections.ConfigDict) -> EvalRunConfig:
         d = cfg.to_dict()
-        d["solver"] = solver_fields(d.get("solver", {}))
         d["proposers"] = tuple(ProposerEntry.parse(e) for e in d.get("proposers", ()))
         return typed(cls, d, "config")

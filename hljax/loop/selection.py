@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Literal, Protocol, Sequence
+from typing import TYPE_CHECKING, Literal, Protocol, Sequence
+
+if TYPE_CHECKING:
+    from hljax.loop.rewards import OutcomeKind
 
 PolicyName = Literal["keep_if_better", "best_of_g", "pareto"]
 
@@ -35,7 +38,7 @@ class Scored:
     id: str
     score: float  # Mean scoring-set score; questions the harness crashed on count 0.
     scores: tuple[float, ...]  # Per scoring question; empty when the edit was invalid.
-    kind: str  # "ran" | "crashed" | an edit failure name | "infra_error" | "flagged:<flag>" | "seed"
+    kind: OutcomeKind | Literal["seed"]  # "seed": the seed harness, which no proposal produced.
     has_code: bool
 
     @property

@@ -4,18 +4,25 @@ diverges is an explicit field, documented where it is declared (TRL's name in br
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Literal
 
-from hljax.rl.grpo import Aggregation, KLEstimator, StdScaling
+from hljax.config import DERIVED
 
-AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "dr_grpo")
+# The knobs' values, here rather than beside the maths in grpo.py (which imports them): config files
+# read this module, and they load without JAX.
+KLEstimator = Literal["k1", "k2", "k3"]
+Aggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "dr_grpo"]
+StdScaling = Literal["group", "batch", "none"]
+AGGREGATIONS = typing.get_args(Aggregation)
 
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
     """What one train step minimises."""
 
-    mode: Literal["grpo", "sft"] = "grpo"
+    # The trainer sets mode (and temperature, below) per stage: not config keys.
+    mode: Literal["grpo", "sft"] = dataclasses.field(default="grpo", metadata={DERIVED: True})
     # Clip range [1 - eps_low, 1 + eps_high] of the importance ratio [epsilon, epsilon_high]. eps_high
     # None means eps_low (symmetric PPO clip); DAPO's clip-higher uses 0.28 with eps_low 0.2.
     eps_low: float = 0.2
@@ -32,8 +39,9 @@ class LossConfig:
     std_scaling: StdScaling = "group"
     std_ddof: int = 0  # 0 population std (TRL, verl); 1 sample std.
     adv_eps: float = 1e-4  # Added to the std before dividing.
-    # Log-probs are those of the sampling distribution, log_softmax(logits / temperature).
-    temperature: float = 1.0
+    # Log-probs are those of the sampling distribution, log_softmax(logits / temperature): GRPO's
+    # grpo.temperature, 1 for SFT.
+    temperature: float = dataclasses.field(default=1.0, metadata={DERIVED: True})
     logprob_chunk: int = 256  # Sequence chunk for the vocabulary projection (memory vs speed).
 
     def __post_init__(self):

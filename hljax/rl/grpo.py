@@ -7,14 +7,10 @@ the step loss is sum(loss_sum) / sum(denom), and denom never depends on the para
 
 from __future__ import annotations
 
-from typing import Literal
-
 import jax
 import jax.numpy as jnp
 
-KLEstimator = Literal["k1", "k2", "k3"]
-Aggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "dr_grpo"]
-StdScaling = Literal["group", "batch", "none"]
+from hljax.rl.config import Aggregation, KLEstimator, StdScaling
 
 
 def group_advantages(

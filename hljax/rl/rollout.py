@@ -25,30 +25,34 @@ import numpy as np
 
 from hljax import distributed as dist
 from hljax.checkpoint import hf
-from hljax.generate.client import SGLangGenerator
-from hljax.generate.endpoints import Endpoint
-from hljax.generate.engine import EngineConfig
-from hljax.generate.local import LocalGenerator, render_chat
-from hljax.generate.server import Server
-from hljax.generate.types import SamplingParams
-from hljax.harness import edits, seeds
-from hljax.loop.revision import Candidate, candidate, score_candidates
+from hljax.config import TaskSpec
+from hljax.generate.endpoints import Endpoint, GeneratorSpec
+from hljax.generate.local import render_chat
+from hljax.generate.types import Completion, SamplingParams
+from hljax.harness import seeds
+from hljax.harness.prompts import PromptConfig
+from hljax.loop import rewards as rw
+from hljax.loop.revision import candidate, score_candidates
 from hljax.loop.selection import BestOfG, Scored
-from hljax.loop.states import StatePool
-from hljax.rl import grpo
-from hljax.rl import rewards as rw
+from hljax.loop.states import StatePool, StatesSpec
+from hljax.rl.config import LossConfig
+from hljax.rl.grpo import group_advantages
 from hljax.seeding import derive_seed
 from hljax.tasks.suite import SEED_HARNESS, build_tasks
+from sandbox.config import SandboxConfig, SolverConfig
 from sandbox.pool import SandboxPool
+
+if typing.TYPE_CHECKING:
+    from hljax.rl.run_config import GRPOSpec
 
 log = logging.getLogger(__name__)
 
 
-# Outcome kinds, coded as numbers so per-row statistics travel between processes as one float array.
-KINDS = ("ran", "crashed", "infra_error") + tuple(t.__name__ for t in typing.get_args(Candidate)
-                                                  if t is not edits.Applied) + rw.FLAGGED_KINDS
+# Outcome kinds travel as their index here, so per-row statistics cross processes as one float array.
+KINDS = rw.OUTCOME_KINDS
 # Columns of RolloutBatch.stats; reward is NaN for an infrastructure error (no reward at all).
 STATS = ("reward", "kind", "score", "completion_len", "truncated") + tuple(f"flag/{f}" for f in rw.FLAGS)
+COL = {name: i for i, name in enumerate(STATS)}  # Column index by name: stats[:, COL["reward"]].
 
 
 @dataclasses.dataclass
@@ -64,53 +68,55 @@ class RolloutBatch:
     tasks: list[str] = dataclasses.field(default_factory=list)  # Each row's task name.
 
 
-def score_groups(stats: np.ndarray, group_size: int, loss_cfg) -> tuple[np.ndarray, np.ndarray, dict]:
+def score_groups(stats: np.ndarray, group_size: int, loss_cfg: LossConfig) -> tuple[np.ndarray, np.ndarray, dict]:
     """Statistics of ALL rows of a step ([B, len(STATS)], groups contiguous) -> (advantages [B],
     keep [B] bool: False for every row of a group touched by an infrastructure error, metrics)."""
-    rewards = stats[:, 0]
+    rewards = stats[:, COL["reward"]]
     infra = np.isnan(rewards)
     keep = ~infra.reshape(-1, group_size).any(axis=1).repeat(group_size)
     filled = np.where(infra, 0.0, rewards).astype(np.float32)
-    adv = np.asarray(grpo.group_advantages(jnp.asarray(filled), group_size, loss_cfg.std_scaling,
-                                           loss_cfg.std_ddof, loss_cfg.adv_eps))
+    adv = np.asarray(group_advantages(jnp.asarray(filled), group_size, loss_cfg.std_scaling, loss_cfg.std_ddof,
+                                      loss_cfg.adv_eps))
     return adv, keep, _metrics(stats, filled[keep])
 
 
 class Rollouts:
-    def __init__(self, cfg, init_path: str, tokenizer, mesh):
-        """`mesh`: the devices this process's embedded engines run on (its own devices when there
-        are several processes: each serves itself)."""
-        self.cfg = cfg
+    """The proposer and solver endpoints, the sandbox pool, the tasks and the state pool of GRPO."""
+
+    def __init__(self, proposer: GeneratorSpec, solver: GeneratorSpec, budget: SolverConfig, *, grpo: GRPOSpec,
+                 states: StatesSpec, tasks: TaskSpec, sandbox: SandboxConfig, reward: rw.RewardConfig,
+                 prompt: PromptConfig, seed: int, first_step: int, sync_dir: str, sync_dtype: str, states_dir: str,
+                 tokenizer, mesh):
+        """`proposer`: an embedded_server or sglang endpoint (one URL, a comma-separated list of servers,
+        or an sglang-router); `budget`: the solver's in the sandbox; `first_step`: the global step GRPO
+        starts at; `sync_dir`: where new weights are exported for the proposer server(s), in
+        `sync_dtype`; `tokenizer`: the trainer's (prompts are encoded with it); `mesh`: the devices this
+        process's embedded engines run on (its own devices when there are several processes: each
+        serves itself)."""
+        self.grpo, self.states_spec, self.reward, self.prompt = grpo, states, reward, prompt
+        self.seed, self.first_step, self.sync_dtype = seed, first_step, sync_dtype
         self.tokenizer = tokenizer
-        self._server = None
-        if cfg.rollout.backend == "embedded_server":
-            local = LocalGenerator.from_pretrained(init_path, mesh, EngineConfig(
-                max_batch=cfg.rollout.max_batch, max_seq_len=cfg.rollout.max_seq_len), dtype=getattr(jnp, cfg.model.dtype))
-            self._server = Server(local, init_path).start()
-            url = self._server.url
-        else:
-            url = cfg.rollout.url  # One URL, a comma-separated list of servers, or an sglang-router.
-        self.proposer = SGLangGenerator(url, tokenizer)
-        self.proposer.wait_until_ready(300)
-        self.sync_dir = cfg.rollout.sync_dir or os.path.join(cfg.run_dir, "sync")
-        if self._server is not None and dist.process_count() > 1:
+        self._proposer = Endpoint(proposer, mesh, tokenizer)
+        self.proposer = self._proposer.generator
+        self._embedded = self._proposer.server is not None
+        self.sync_dir = sync_dir
+        if self._embedded and dist.process_count() > 1:
             # Each process exports for its own server; one shared folder would be rewritten by all.
             self.sync_dir = f"{self.sync_dir.rstrip(os.sep)}-p{dist.process_index()}"
 
-        self._solver = Endpoint(cfg.solver.generator_spec(init_path, cfg.seed), mesh)
+        self._solver = Endpoint(solver, mesh)
         self.solver = self._solver.generator
-        self.pool = SandboxPool(cfg.sandbox, self.solver, cfg.solver.budget)
+        self.pool = SandboxPool(sandbox, self.solver, budget)
 
-        self.tasks = build_tasks(cfg.tasks, cfg.seed)
-        self.seed_harness = seeds.load(SEED_HARNESS[cfg.tasks.suite])
-        self.states = StatePool(cfg.states, self.tasks, self.seed_harness, self.pool, cfg.grpo.state_rounds,
-                                os.path.join(cfg.run_dir, "states"), seed=cfg.seed)
+        self.tasks = build_tasks(tasks, seed)
+        self.seed_harness = seeds.load(SEED_HARNESS[tasks.suite])
+        self.states = StatePool(states, self.tasks, self.seed_harness, self.pool, grpo.state_rounds, states_dir,
+                                seed=seed)
 
     def close(self) -> None:
         self.pool.close()
         self._solver.close()
-        if self._server is not None:
-            self._server.stop()
+        self._proposer.close()
 
     def sync(self, model, version: str) -> None:
         """Push the trainer's weights to the proposer server(s). `model`'s parameters must be
@@ -119,16 +125,16 @@ class Rollouts:
         Embedded servers: every process exports and pushes to its own. External servers are shared:
         process 0 exports once and pushes to all of them, and everyone waits for it, so no process
         samples from the old weights."""
-        if self._server is not None or dist.is_main():
-            hf.save_hf(model, self.sync_dir, dtype=self.cfg.model.param_dtype)
+        if self._embedded or dist.is_main():
+            hf.save_hf(model, self.sync_dir, dtype=self.sync_dtype)
             self.proposer.update_weights_from_disk(self.sync_dir, weight_version=version)
-        if self._server is None:
+        if not self._embedded:
             dist.barrier(f"weights-{version}")
 
     def prepare(self, step: int, slots: typing.Sequence[int]) -> None:
         """Bring the state pool to `step` (a global step): an offline phase refresh, or the online
         chains as of the previous step (fresh at the first GRPO step, loaded when resuming)."""
-        spec, grpo_step = self.cfg.states, step - self.cfg.sft_steps
+        spec, grpo_step = self.states_spec, step - self.first_step
         if spec.mode == "offline":
             phase = self.states.phase_of(grpo_step)
             if phase != self.states.phase:
@@ -140,24 +146,24 @@ class Rollouts:
                 if not dist.is_main():
                     self.states.load_phase(phase)
         elif spec.mode == "online" and not self.states.chains:
-            self.states.start_chains(self.cfg.grpo.prompts_per_step)
+            self.states.start_chains(self.grpo.prompts_per_step)
             if grpo_step > 0:
                 self.states.load_chains(step - 1, slots)
 
     def collect(self, step: int, slots: typing.Sequence[int]) -> RolloutBatch:
         """Groups of the step's states `slots` (indices in 0..prompts_per_step-1: this process's
         share). State and sampling seeds depend on the global slot, never on the process."""
-        cfg, g = self.cfg, self.cfg.grpo
+        g = self.grpo
         t_states = time.perf_counter()
         # A state's report comes from sandbox runs (once per state, then cached): sandbox time.
         self.prepare(step, slots)
         states = [self.states.state(step, i, g.prompts_per_step) for i in slots]
-        conversations = [s.messages(cfg.prompt) for s in states]
+        conversations = [s.messages(self.prompt) for s in states]
         t0 = time.perf_counter()
 
         def propose(k):
             sp = SamplingParams(max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
-                                top_k=g.top_k, seed=derive_seed(cfg.seed, step, slots[k]))
+                                top_k=g.top_k, seed=derive_seed(self.seed, step, slots[k]))
             return self.proposer.chat([conversations[k]], sp, n=g.group_size, return_logprobs=True)[0]
 
         with ThreadPoolExecutor(max(1, len(states))) as ex:
@@ -173,16 +179,15 @@ class Rollouts:
             scored = score_candidates(self.pool, state.task, [cands[j].code for j in valid], questions)
             results = dict(zip(valid, scored))
             references = [q.answer for q in questions]
-            outcomes.append([rw.outcome(cfg.reward, c, results.get(j), references) for j, c in enumerate(cands)])
-            if cfg.states.mode == "online":
+            outcomes.append([rw.outcome(self.reward, c, results.get(j), references) for j, c in enumerate(cands)])
+            if self.states_spec.mode == "online":
                 self._advance(step, slots[len(outcomes) - 1], cands, outcomes[-1])
-        if cfg.states.mode == "online":
+        if self.states_spec.mode == "online":
             self.states.save_chains(step, slots)
         t2 = time.perf_counter()
 
-        stats = np.array([[o.reward if o.reward is not None else np.nan, _kind_code(o.kind), o.score,
-                           len(c.token_ids), c.finish_reason == "length", *(f in o.flags for f in rw.FLAGS)]
-                          for os_, group in zip(outcomes, groups) for o, c in zip(os_, group)], np.float64)
+        stats = np.array([_stats_row(o, c) for os_, group in zip(outcomes, groups) for o, c in zip(os_, group)],
+                         np.float64)
         prompts = [self.tokenizer.encode(render_chat(self.tokenizer, c, enable_thinking=False)) for c in conversations]
         sequences = [(prompts[i], list(c.token_ids)) for i, group in enumerate(groups) for c in group]
         sampler = [list(c.logprobs or ()) for group in groups for c in group]
@@ -207,20 +212,25 @@ def sample_rows(step: int, rows: np.ndarray, batch: RolloutBatch, advantages: np
     out = []
     for i, r in enumerate(rows):
         st = batch.stats[i]
-        out.append({"step": step, "row": int(r), "task": batch.tasks[i], "kind": KINDS[int(st[1])],
-                    "score": float(st[2]), "reward": None if np.isnan(st[0]) else float(st[0]),
+        reward = st[COL["reward"]]
+        out.append({"step": step, "row": int(r), "task": batch.tasks[i], "kind": KINDS[int(st[COL["kind"]])],
+                    "score": float(st[COL["score"]]), "reward": None if np.isnan(reward) else float(reward),
                     "advantage": float(advantages[r]) if keep[r] else None, "completion": batch.texts[i]})
     return out
 
 
-def _kind_code(kind: str) -> int:
-    if kind not in KINDS:
-        raise ValueError(f"outcome kind {kind!r} is not in rollout.KINDS {KINDS}; add it there")
-    return KINDS.index(kind)
+def _stats_row(o: rw.Outcome, c: Completion) -> list[float]:
+    """One proposal's row of RolloutBatch.stats, in STATS order."""
+    if o.kind not in KINDS:
+        raise ValueError(f"outcome kind {o.kind!r} is not one of rewards.OutcomeKind {KINDS}; add it there")
+    row = {"reward": np.nan if o.reward is None else o.reward, "kind": KINDS.index(o.kind), "score": o.score,
+           "completion_len": len(c.token_ids), "truncated": c.finish_reason == "length",
+           **{f"flag/{f}": f in o.flags for f in rw.FLAGS}}
+    return [float(row[name]) for name in STATS]
 
 
 def _metrics(stats: np.ndarray, kept_rewards: np.ndarray) -> dict:
-    kinds = collections.Counter(KINDS[int(k)] for k in stats[:, 1])
+    kinds = collections.Counter(KINDS[int(k)] for k in stats[:, COL["kind"]])
     n = len(stats)
     m = {
         "reward/mean": float(kept_rewards.mean()) if len(kept_rewards) else float("nan"),
@@ -229,13 +239,13 @@ def _metrics(stats: np.ndarray, kept_rewards: np.ndarray) -> dict:
         "valid_rate": (kinds["ran"] + kinds["crashed"] + sum(kinds[k] for k in rw.FLAGGED_KINDS)) / n,
         "ran_rate": kinds["ran"] / n,
         "infra_error_rate": kinds["infra_error"] / n,
-        "score/mean": float(stats[:, 2].mean()),
-        "completion_len": float(stats[:, 3].mean()),
-        "truncated_rate": float(stats[:, 4].mean()),
+        "score/mean": float(stats[:, COL["score"]].mean()),
+        "completion_len": float(stats[:, COL["completion_len"]].mean()),
+        "truncated_rate": float(stats[:, COL["truncated"]].mean()),
     }
-    for i, name in enumerate(STATS[5:], start=5):
-        m[name] = float(stats[:, i].sum())  # Counts, not rates: each flag is worth looking at.
+    for f in rw.FLAGS:
+        m[f"flag/{f}"] = float(stats[:, COL[f"flag/{f}"]].sum())  # Counts, not rates: each is worth a look.
     for kind, count in kinds.items():
-        if kind not in ("ran", "crashed", "infra_error") + rw.FLAGGED_KINDS:
+        if kind not in rw.RUN_KINDS + rw.FLAGGED_KINDS:
             m[f"invalid/{kind}"] = count / n
     return m

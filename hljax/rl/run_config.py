@@ -1,49 +1,34 @@
-"""A locked ml_collections config -> one frozen, typed dataclass per concern.
+"""The typed config of a training run (`launch.train`): one frozen dataclass per concern.
 
-Unknown keys, wrong types and bad values fail here, at start-up, naming the key.
+Its defaults are the schema: configs/base.py is `config_tree(RunConfig)`, and experiment configs
+override fields of it. A locked ml_collections config becomes a `RunConfig` through `typed`
+(hljax/config.py): unknown keys, wrong types and bad values fail at start-up, naming the key.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import typing
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import ml_collections
 
-from hljax.generate.endpoints import GeneratorSpec
-from hljax.generate.types import SamplingParams
+from hljax.config import RUN_SANDBOX, ConfigError, DistributedSpec, ModelSpec, SolverSpec, TaskSpec, typed
 from hljax.harness.prompts import PromptConfig
+from hljax.loop.rewards import RewardConfig
 from hljax.loop.states import StatesSpec
+from hljax.mesh import MeshConfig
 from hljax.rl.config import LossConfig, OptimConfig
-from hljax.rl.rewards import RewardConfig
-from hljax.sharding import MeshConfig
-from sandbox.config import SandboxConfig, SolverConfig
+from sandbox.config import SandboxConfig
 
+if TYPE_CHECKING:
+    from hljax.generate.endpoints import GeneratorSpec
 
-class ConfigError(ValueError):
-    pass
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
-    path: str = ""  # HF folder of the initial proposer; "" = random init from `preset`.
-    preset: str = "tiny"  # launch.init_model preset used when path is "".
-    dtype: Literal["float32", "bfloat16"] = "float32"  # Compute dtype.
-    param_dtype: Literal["float32", "bfloat16"] = "float32"  # Storage dtype of trained weights.
-    remat: bool = False  # Recompute layer activations in the backward pass (memory for compute).
-
-
-@dataclasses.dataclass(frozen=True)
-class DistributedSpec:
-    initialize: bool = False  # Call jax.distributed.initialize(); with no fields set JAX auto-detects TPU/SLURM.
-    coordinator: str = ""  # host:port of process 0 (else JAX_COORDINATOR_ADDRESS / auto-detect).
-    num_processes: int = 0  # 0: JAX_NUM_PROCESSES / auto-detect.
-    process_id: int = -1  # -1: JAX_PROCESS_ID / auto-detect.
-    # A process silent this long is declared dead and the others fail with an error (not a hang).
-    heartbeat_timeout_s: int = 100
-    init_timeout_s: int = 300  # How long processes wait for each other at start-up.
-    shutdown_timeout_s: int = 300  # How long a finished process waits for the others at exit.
+# SFT takes larger steps than GRPO, with a warm-up and a shorter second-moment memory; the bare
+# OptimConfig defaults are GRPO's (the `optim` block).
+SFT_OPTIM = OptimConfig(learning_rate=1e-5, warmup_steps=10, b2=0.95)
+# DAPO's clip-higher (eps_high 0.28 over eps_low 0.2) is the run default; the bare LossConfig keeps
+# TRL's convention (eps_high None: the symmetric clip).
+RUN_LOSS = LossConfig(eps_high=0.28)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,50 +70,13 @@ class RolloutSpec:
     max_batch: int = 16
     max_seq_len: int = 4096
 
+    def generator_spec(self, init_path: str, dtype: str) -> GeneratorSpec:
+        """How to open the proposer: `init_path` holds the weights an embedded server starts from, and
+        the tokenizer of an external one."""
+        from hljax.generate.endpoints import GeneratorSpec  # JAX and transformers: not for config files.
 
-@dataclasses.dataclass(frozen=True)
-class SolverSpec:
-    # embedded: in-process JAX engine (frozen). sglang: a server at `url`. simulated: the CPU stand-in
-    # for an LLM (hljax/tasks/simulated_solver.py); it takes no path or url.
-    backend: Literal["embedded", "sglang", "simulated"] = "embedded"
-    path: str = ""  # HF folder of the solver; "" = the proposer's initial weights.
-    url: str = ""
-    max_batch: int = 16
-    max_seq_len: int = 4096
-    budget: SolverConfig = SolverConfig()
-
-    def __post_init__(self):
-        if self.backend == "simulated" and (self.path or self.url):
-            raise ConfigError(f"solver.backend='simulated' is a stand-in for an LLM and loads no model, but "
-                              f"solver.path={self.path!r} / solver.url={self.url!r} name one: set backend to "
-                              "'embedded' or 'sglang' for a real model, or clear path and url")
-
-    @property
-    def simulated(self) -> bool:
-        return self.backend == "simulated"
-
-    def generator_spec(self, default_path: str, seed: int) -> GeneratorSpec:
-        """How to open this solver; `default_path` serves an embedded solver when `path` is ""."""
-        if self.backend == "simulated":
-            return GeneratorSpec("simulated", seed=seed)
-        if self.backend == "sglang":
-            return GeneratorSpec("sglang", self.path, url=self.url)
-        return GeneratorSpec("embedded", self.path or default_path, max_batch=self.max_batch,
-                             max_seq_len=self.max_seq_len)
-
-
-@dataclasses.dataclass(frozen=True)
-class TaskSpec:
-    suite: Literal["reasoning_gym", "multihop_qa"] = "reasoning_gym"
-    role: Literal["sft", "rl", "heldout"] = "rl"  # Which family list of configs/rg_families.py.
-    families: tuple[str, ...] = ()  # A subset of that list.
-    qa_files: tuple[str, ...] = ()  # multihop_qa: "dataset:path" entries (hotpotqa, musique, 2wikimultihopqa).
-    qa_aliases: str = ""  # 2WikiMultihopQA's id_aliases.json, if given.
-    feedback: int = 4  # Questions per feedback round (the report).
-    scoring: int = 64  # Size of the scoring split.
-    eval: int = 64
-    pool_size: int = 5000
-    formats: tuple[str, ...] = ()  # Answer formats; () = all.
+        return GeneratorSpec(self.backend, init_path, url=self.url if self.backend == "sglang" else "",
+                             max_batch=self.max_batch, max_seq_len=self.max_seq_len, dtype=dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,27 +101,29 @@ class ExportSpec:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    mode: Literal["sft", "grpo", "sft+grpo"]
-    run_dir: str
-    seed: int
-    model: ModelSpec
-    mesh: MeshConfig
-    distributed: DistributedSpec
-    optim: OptimConfig
-    sft_optim: OptimConfig
-    loss: LossConfig
-    sft: SFTSpec
-    grpo: GRPOSpec
-    states: StatesSpec
-    rollout: RolloutSpec
-    solver: SolverSpec
-    tasks: TaskSpec
-    sandbox: SandboxConfig
-    reward: RewardConfig
-    prompt: PromptConfig
-    checkpoint: CheckpointSpec
-    log: LogSpec
-    export: ExportSpec
+    mode: Literal["sft", "grpo", "sft+grpo"] = "sft+grpo"
+    run_dir: str = "runs/default"
+    seed: int = 0
+    model: ModelSpec = ModelSpec()
+    mesh: MeshConfig = MeshConfig()
+    distributed: DistributedSpec = DistributedSpec()
+    optim: OptimConfig = OptimConfig()
+    sft_optim: OptimConfig = SFT_OPTIM
+    loss: LossConfig = RUN_LOSS
+    sft: SFTSpec = SFTSpec()
+    grpo: GRPOSpec = GRPOSpec()
+    # Revision states GRPO trains on: seed (single-step), offline (phases, pool refreshed by the current
+    # proposer), online (live revision chains); see hljax/loop/states.py.
+    states: StatesSpec = StatesSpec()
+    rollout: RolloutSpec = RolloutSpec()
+    solver: SolverSpec = SolverSpec()
+    tasks: TaskSpec = TaskSpec()
+    sandbox: SandboxConfig = RUN_SANDBOX
+    reward: RewardConfig = RewardConfig()
+    prompt: PromptConfig = PromptConfig()
+    checkpoint: CheckpointSpec = CheckpointSpec()
+    log: LogSpec = LogSpec()
+    export: ExportSpec = ExportSpec()
 
     def __post_init__(self):
         need = []
@@ -201,48 +151,7 @@ class RunConfig:
     @classmethod
     def from_config(cls, cfg: ml_collections.ConfigDict) -> RunConfig:
         d = cfg.to_dict()
-        d["solver"] = solver_fields(d.get("solver", {}))
-        loss = dict(d.get("loss", {}))
-        loss["max_tokens"] = loss.get("max_tokens") or None
-        d["loss"] = loss
+        if "loss" in d:
+            d["loss"] = {**d["loss"], "max_tokens": d["loss"].get("max_tokens") or None}  # 0 = none, as None.
         return typed(cls, d, "config")
 
-
-def solver_fields(solver: dict) -> dict:
-    """A config's flat `solver` block -> SolverSpec fields, its budget and sampling keys nested."""
-    solver = dict(solver)
-    budget_keys = {"prompt_mode", "enable_thinking", "max_calls", "max_tokens"}
-    sampling_keys = {"max_new_tokens", "temperature", "top_p", "top_k"}
-    budget = {k: solver.pop(k) for k in list(solver) if k in budget_keys}
-    sampling = {k: solver.pop(k) for k in list(solver) if k in sampling_keys}
-    try:
-        budget["sampling"] = SamplingParams(**sampling)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"solver: {e}") from None
-    solver["budget"] = typed(SolverConfig, budget, "solver")
-    return solver
-
-
-def typed(cls, values: dict, where: str):
-    """Build dataclass `cls` from `values`, recursing into nested dataclass fields."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = set(values) - set(fields)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; valid keys: {sorted(fields)}")
-    hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for name, value in values.items():
-        hint = hints[name]
-        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
-            value = typed(hint, value, f"{where}.{name}")
-        elif typing.get_origin(hint) is tuple:
-            if not isinstance(value, (list, tuple)):
-                raise ConfigError(f"{where}.{name}={value!r} must be a tuple, e.g. ('a', 'b') (a string is not one)")
-            value = tuple(value)
-        elif typing.get_origin(hint) is Literal and value not in typing.get_args(hint):
-            raise ConfigError(f"{where}.{name}={value!r} is not one of {typing.get_args(hint)}")
-        kwargs[name] = value
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where}: {e}") from None

@@ -33,11 +33,12 @@ from hljax import metrics as mx
 from hljax import sharding as shd
 from hljax.checkpoint import hf
 from hljax.checkpoint.orbax import TrainCheckpointer
+from hljax.checkpoint.presets import init_model
 from hljax.generate.engine import Engine, EngineConfig, Request
 from hljax.generate.types import SamplingParams
+from hljax.loop import rewards as rw
 from hljax.loop.revision import candidate
-from hljax.models.presets import init_model
-from hljax.rl import rewards as rw
+from hljax.mesh import MeshConfig
 from hljax.rl import sft_data
 from hljax.rl.batching import bucket_length, completion_logprobs, pack, split_micro
 from hljax.rl.config import LossConfig
@@ -277,7 +278,13 @@ class Trainer:
     def _grpo_step(self, step: int) -> dict:
         cfg, g = self.cfg, self.cfg.grpo
         if self.rollouts is None:
-            self.rollouts = Rollouts(cfg, self.init_path, self.tokenizer, self.local_mesh)
+            self.rollouts = Rollouts(
+                cfg.rollout.generator_spec(self.init_path, cfg.model.dtype),
+                cfg.solver.generator_spec(self.init_path, cfg.seed), cfg.solver.budget, grpo=cfg.grpo,
+                states=cfg.states, tasks=cfg.tasks, sandbox=cfg.sandbox, reward=cfg.reward, prompt=cfg.prompt,
+                seed=cfg.seed, first_step=cfg.sft_steps, sync_dtype=cfg.model.param_dtype,
+                sync_dir=cfg.rollout.sync_dir or os.path.join(cfg.run_dir, "sync"),
+                states_dir=os.path.join(cfg.run_dir, "states"), tokenizer=self.tokenizer, mesh=self.local_mesh)
             self.rollouts.sync(self._host_model(), version=str(step))  # Resumed or post-SFT weights.
             if cfg.loss.beta > 0:
                 self.ref_model = hf.load_hf(self._reference_path(), self.mesh, dtype=getattr(jnp, cfg.model.dtype))
@@ -345,7 +352,7 @@ class Trainer:
         gathered copy on this process's first CPU device (collective: all processes call it)."""
         if not self.multi:
             return self.model
-        return dist.local_copy(self.model, shd.make_mesh(shd.MeshConfig(1, 1, 1), jax.local_devices(backend="cpu")[:1]))
+        return dist.local_copy(self.model, shd.make_mesh(MeshConfig(1, 1, 1), jax.local_devices(backend="cpu")[:1]))
 
     # ----- shared -----
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterator, Literal, Mapping
 
-import ml_collections
 import reasoning_gym
 from reasoning_gym.factory import DATASETS
 
 from hljax.harness.contract import ToolSpec
+from hljax.tasks import rg_families
 from sandbox.results import ScorerSpec
 from hljax.tasks.base import Question, Score, Split
 from hljax.tasks.formats import FORMATS, check_format_names, choose_format, render_question
@@ -76,14 +76,10 @@ class FamilyLists:
             )
 
     @classmethod
-    def from_config(cls, cfg: ml_collections.ConfigDict) -> FamilyLists:
-        """From a config with `sft`, `rl`, `heldout` lists and an `excluded` {family: reason} dict."""
-        return cls(
-            sft=tuple(cfg.sft),
-            rl=tuple(cfg.rl),
-            heldout=tuple(cfg.heldout),
-            excluded=tuple(sorted((str(k), str(v)) for k, v in cfg.excluded.items())),
-        )
+    def shipped(cls) -> FamilyLists:
+        """The lists of hljax/tasks/rg_families.py."""
+        return cls(sft=rg_families.SFT, rl=rg_families.RL, heldout=rg_families.HELDOUT,
+                   excluded=tuple(sorted(rg_families.EXCLUDED.items())))
 
     def families(self, role: Role) -> tuple[str, ...]:
         return {"sft": self.sft, "rl": self.rl, "heldout": self.heldout}[role]

@@ -20,7 +20,7 @@ from hljax.tasks.formats import FORMATS
 from hljax.tasks.qa_metrics import best_over_golds, exact_match, f1_score
 from sandbox.results import ScorerSpec
 
-# Reasoning-gym modules whose scorer calls `eval` on the answer (configs/rg_families.py
+# Reasoning-gym modules whose scorer calls `eval` on the answer (hljax/tasks/rg_families.py
 # SCORER_AUDIT). In the scorer process only, their `eval` is replaced by `ast.literal_eval`: the
 # scorer still reads a board written as a Python literal, but no answer runs code. Isolation alone
 # stops such code from reaching the trainer or other answers; this also stops it from choosing its

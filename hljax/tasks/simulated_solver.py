@@ -101,7 +101,7 @@ class SimulatedSolver:
         if tokenizer is None:
             import transformers
 
-            from hljax.models.presets import TOKENIZER_DIR
+            from hljax.checkpoint.presets import TOKENIZER_DIR
 
             tokenizer = transformers.AutoTokenizer.from_pretrained(TOKENIZER_DIR)
         self.tokenizer = tokenizer

@@ -22,16 +22,15 @@ def build_tasks(spec, seed: int) -> list[Task]:
     """`spec`: a run's TaskSpec (suite, role/families or QA files, split sizes)."""
     splits = split_config(spec.feedback, spec.scoring, spec.eval, seed)
     if spec.suite == "reasoning_gym":
-        from configs import rg_families
-
-        lists = FamilyLists.from_config(rg_families.get_config())
+        lists = FamilyLists.shipped()
         families = spec.families or lists.families(spec.role)
         base = RGTaskConfig(family=families[0], generator_seed=seed, pool_size=spec.pool_size, splits=splits,
                             **({"formats": tuple(spec.formats)} if spec.formats else {}))
         if spec.families:
             unknown = [f for f in spec.families if f not in lists.families(spec.role)]
             if unknown:
-                raise ValueError(f"tasks.families {unknown} are not in the {spec.role!r} list of configs/rg_families.py")
+                raise ValueError(f"tasks.families {unknown} are not in the {spec.role!r} list of "
+                                 "hljax/tasks/rg_families.py")
             return [ReasoningGymTask(dataclasses.replace(base, family=f)) for f in families]
         return list(family_tasks(lists, spec.role, base).values())
     if spec.suite == "multihop_qa":

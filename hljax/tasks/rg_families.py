@@ -1,10 +1,11 @@
-"""Reasoning Gym family lists: 21 families for SFT, 5 for RL and 21 held out for evaluation.
+"""Reasoning Gym family lists: 21 families for SFT, 5 for RL and 21 held out for evaluation, the
+families excluded from every list, and what each listed family's scorer does with an answer.
 
 Held-out families differ from the training ones in kind, not just in instance: training (SFT and
 RL) uses only reasoning-gym's `arithmetic`, `algorithmic` (string and list manipulation) and
 `algebra` categories, while the held-out families come from `games` (grid puzzles), `logic`,
 `graphs`, `cognition`, `geometry` and `arc`. No category is shared, and
-`hljax.tasks.reasoning_gym.FamilyLists` checks that at load time, along with unknown names,
+`hljax.tasks.reasoning_gym.FamilyLists.shipped()` checks that at load time, along with unknown names,
 overlaps and excluded families. Grid-simulation families of `algorithmic` (rotten_oranges,
 game_of_life, binary_matrix, the *_matrix families) are kept out of training because they
 resemble the held-out grid and graph puzzles.
@@ -15,8 +16,6 @@ generated up front), generates in about a millisecond or less per question, repe
 same questions for the same seed whatever the access order, its reference answer scores 1.0 in
 every answer format and a wrong answer scores below 1.0 (tests/test_tasks_reasoning_gym.py).
 """
-
-import ml_collections
 
 SFT = (
     # arithmetic
@@ -133,13 +132,3 @@ SCORER_AUDIT = {
 }
 # No listed family's scorer uses exec, ast.literal_eval, or sympy's sympify/parse_expr on the answer.
 
-
-def get_config() -> ml_collections.ConfigDict:
-    """The family lists as a locked ConfigDict (see FamilyLists.from_config)."""
-    cfg = ml_collections.ConfigDict()
-    cfg.sft = SFT
-    cfg.rl = RL
-    cfg.heldout = HELDOUT
-    cfg.excluded = dict(EXCLUDED)
-    cfg.lock()
-    return cfg

@@ -23,7 +23,8 @@ the degenerate policy that needs no reference at all. A flagged candidate gets `
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+import typing
+from typing import Literal, Sequence
 
 from hljax.harness import edits, filters
 from hljax.loop.revision import Candidate
@@ -44,23 +45,31 @@ class RewardConfig:
             raise ValueError("ran_bonus must be > 0 so a harness that runs beats one that crashes")
 
 
+# What happened to a proposal. The harness ran: "ran" (it answered every scoring question cleanly),
+# "crashed" (it erred on some), "infra_error" (the sandbox or solver failed: no reward at all). The
+# edit failed: the class name of the failure (hljax.harness.edits, or contract.ContractViolation for
+# code that breaks the harness contract). A reward-hacking flag was raised: "flagged:<flag>" (the
+# first one). Kept in this order: rollout statistics code a kind by its index here.
+OutcomeKind = Literal["ran", "crashed", "infra_error", "Unparseable", "Truncated", "SpanNotFound", "AmbiguousSpan",
+                      "Overlapping", "NoOp", "SyntaxInvalid", "ContractViolation", "flagged:reference_access",
+                      "flagged:constant_answer"]
+OUTCOME_KINDS: tuple[OutcomeKind, ...] = typing.get_args(OutcomeKind)
+RUN_KINDS: tuple[OutcomeKind, ...] = ("ran", "crashed", "infra_error")  # The harness ran, unflagged.
+FLAGS = ("reference_access", "constant_answer")
+FLAGGED_KINDS: tuple[OutcomeKind, ...] = ("flagged:reference_access", "flagged:constant_answer")  # One per flag.
+
+
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """What happened to one proposal."""
 
-    # "ran" | "crashed" | an edit failure class name ("Unparseable", "NoOp", ...) | "infra_error" |
-    # "flagged:<flag>" (the first of `flags`).
-    kind: str
+    kind: OutcomeKind
     score: float  # Mean scoring-set score (0 unless the edit was valid; measured even when flagged).
     reward: float | None  # None: infrastructure failure, excluded from training.
     flags: tuple[str, ...] = ()  # Reward-hacking flags raised (see FLAGS).
 
 
-FLAGS = ("reference_access", "constant_answer")
-FLAGGED_KINDS = tuple(f"flagged:{name}" for name in FLAGS)  # The Outcome kinds flagging produces.
-
-
-def failure_kind(result: Candidate) -> str | None:
+def failure_kind(result: Candidate) -> OutcomeKind | None:
     """None if the edit gave a new harness that compiles and keeps the contract; else why not."""
     return None if isinstance(result, edits.Applied) else type(result).__name__
 
