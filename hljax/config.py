@@ -188,9 +188,9 @@ class SolverSpec:
     # for an LLM (hljax/tasks/simulated_solver.py); it takes no path or url.
     backend: Literal["embedded", "sglang", "simulated"] = "embedded"
     path: str = ""  # HF folder of the solver; "" = the proposer's initial weights.
-    url: str = ""
-    max_batch: int = 16
-    max_seq_len: int = 4096
+    url: str = ""  # SGLang server(s) of the solver (backend sglang).
+    max_batch: int = 16  # Embedded solver: sequences decoded together.
+    max_seq_len: int = 4096  # Embedded solver: KV-cache length per sequence.
     budget: SolverConfig = dataclasses.field(default=RUN_SOLVER_BUDGET, metadata={FLAT: True})
 
     def __post_init__(self):
@@ -218,6 +218,7 @@ class SolverSpec:
 
 @dataclasses.dataclass(frozen=True)
 class TaskSpec:
+    # Task suite: Reasoning Gym families or multi-hop QA.
     suite: Literal["reasoning_gym", "multihop_qa"] = "reasoning_gym"
     role: Literal["sft", "rl", "heldout"] = "rl"  # Which family list of hljax/tasks/rg_families.py.
     families: tuple[str, ...] = ()  # A subset of that list.
@@ -225,6 +226,6 @@ class TaskSpec:
     qa_aliases: str = ""  # 2WikiMultihopQA's id_aliases.json, if given.
     feedback: int = 4  # Questions per feedback round (the report).
     scoring: int = 64  # Size of the scoring split.
-    eval: int = 64
-    pool_size: int = 5000
+    eval: int = 64  # Size of the evaluation split.
+    pool_size: int = 5000  # Questions generated per family before splitting.
     formats: tuple[str, ...] = ()  # Answer formats; () = all.

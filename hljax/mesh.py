@@ -11,9 +11,9 @@ import math
 class MeshConfig:
     """Mesh shape; -1 on one axis means "all remaining devices"."""
 
-    data: int = 1
-    fsdp: int = -1
-    tensor: int = 1
+    data: int = 1  # Data-parallel axis (replicated weights).
+    fsdp: int = -1  # Fully sharded data-parallel axis (weights sharded, gathered per layer).
+    tensor: int = 1  # Tensor-parallel axis (heads and MLP columns split).
 
     def shape(self, num_devices: int) -> tuple[int, int, int]:
         sizes = [self.data, self.fsdp, self.tensor]

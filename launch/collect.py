@@ -12,8 +12,9 @@ from ml_collections import config_flags
 
 from launch.common import define_verbose_flag, run_absl, setup_logging, start_up, verbose
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Collector config file (configs/collect_*.py).",
-                                          lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Collector config file (configs/collect_*.py)"
+    "; --config.<key>=<value> sets any key of docs/configs.md.", lock_config=True)
 define_verbose_flag()
 
 

@@ -37,8 +37,8 @@ class SandboxConfig:
     tmpfs_bytes: int = 256 << 20  # Size of the private /tmp shared by one fork server's jobs (bwrap).
     output_tail_bytes: int = 8192  # Of each of stdout and stderr, the last bytes kept per job.
     max_message_bytes: int = 4 << 20  # Largest frame a job may send (a prompt batch, an answer).
-    max_answer_chars: int = 100_000
-    max_traceback_frames: int = 5
+    max_answer_chars: int = 100_000  # Longer answers are cut to this.
+    max_traceback_frames: int = 5  # Frames of a harness's traceback kept for the report.
     kill_grace_s: float = 2.0  # After a kill request, how long before the whole worker is replaced.
     start_timeout_s: float = 20.0  # For a fork server to report ready.
     # Imported once in the fork server so jobs start warm. Never modules that register at-fork
@@ -53,7 +53,7 @@ class SandboxConfig:
     # The scorer process (sandbox/scoring.py), started on the first run scored by an IsolatedScorer:
     # it scores each answer in a fresh forked child, `scorer_parallel` at a time.
     scorer_timeout_s: float = 5.0  # A child scoring one answer longer than this is killed: score 0.
-    scorer_parallel: int = 2
+    scorer_parallel: int = 2  # Scoring children at once in the scorer process.
     scorer_memory_bytes: int = 512 << 20  # RLIMIT_AS per child, on top of the scorer process's own size.
     # Top-level packages importable in the scorer process (read-only binds), besides `sandbox` and
     # site-packages: those holding the ScorerSpec factories.

@@ -184,3 +184,15 @@ def test_a_string_for_a_tuple_field_names_the_key():
     """`--config.tasks.qa_files=(1` reaches the schema as the string "(1"."""
     with pytest.raises(ConfigError, match=r"tasks\.qa_files='\(1' must be a tuple"):
         typed(TaskSpec, {"qa_files": "(1"}, "config.tasks")
+
+
+def test_docs_configs_md_is_current_and_documents_every_key():
+    """docs/configs.md is generated from the dataclasses: regenerate with `python -m launch.config_docs >
+    docs/configs.md` when a field changes."""
+    from launch import config_docs
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "configs.md")
+    with open(path) as f:
+        assert f.read() == config_docs.markdown(), "docs/configs.md is stale: python -m launch.config_docs > docs/configs.md"
+    undocumented = [line for line in config_docs.markdown().splitlines() if line.endswith("|  |")]
+    assert not undocumented, undocumented

@@ -31,20 +31,20 @@ class TeacherSpec:
     # openai: /v1/chat/completions (OpenAI, vLLM, SGLang; the server applies the chat template).
     # sglang: SGLang's native /generate, the chat template rendered here from `path`'s tokenizer.
     api: Literal["openai", "sglang"] = "openai"
-    url: str = ""
+    url: str = ""  # The teacher's OpenAI/SGLang-compatible server.
     model: str = ""  # The openai request's "model" field; "" = the base name of `path`.
     path: str = ""  # HF folder: the embedded weights, or the tokenizer for api="sglang".
     preset: str = "tiny"  # embedded_server with no path: a random model of this preset (tests, smoke runs).
     api_key_env: str = ""  # Name of the environment variable holding an API key ("" = none).
     template_kwargs: bool = True  # Send chat_template_kwargs (SGLang/vLLM); off for api.openai.com.
-    enable_thinking: bool = False
-    max_new_tokens: int = 4096
-    temperature: float = 0.7
-    top_p: float = 0.95
-    top_k: int = -1
+    enable_thinking: bool = False  # Qwen3 thinking mode for the teacher.
+    max_new_tokens: int = 4096  # Teacher completion length cap.
+    temperature: float = 0.7  # Teacher sampling temperature.
+    top_p: float = 0.95  # Teacher nucleus sampling.
+    top_k: int = -1  # Teacher top-k (-1: off).
     timeout_s: float = 900.0  # Per HTTP request.
     max_batch: int = 16  # embedded_server engine limits.
-    max_seq_len: int = 16384
+    max_seq_len: int = 16384  # Prompts longer than this (tokens) are skipped.
 
 
 # The paper's solver (Qwen3.5-4B behind SGLang): longer answers and more calls than a training run's.
@@ -56,7 +56,7 @@ COLLECT_SOLVER = SolverSpec(backend="sglang", max_batch=64, max_seq_len=8192, bu
 class CollectConfig:
     out: str = "data/teacher.jsonl"  # JSONL of kept rows.
     run_dir: str = "runs/collect"  # Scratch: the random teacher model of an embedded preset.
-    seed: int = 0
+    seed: int = 0  # Questions and sampling derive from it.
     rounds: int = 4  # Revision states (feedback rounds) per task: 21 SFT families x 4 = 84 prompts.
     proposals: int = 8  # Teacher completions per state.
     scoring_questions: int = 32  # Per task, from the start of the scoring split.

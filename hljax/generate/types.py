@@ -17,12 +17,12 @@ FinishReason = Literal["stop", "length", "abort"]
 class SamplingParams:
     """Per-request sampling knobs, SGLang's names and conventions."""
 
-    max_new_tokens: int = 256
+    max_new_tokens: int = 256  # Completion length cap.
     temperature: float = 1.0  # 0 means greedy.
-    top_p: float = 1.0
+    top_p: float = 1.0  # Nucleus sampling (1: off).
     top_k: int = -1  # -1 disables top-k, as in SGLang.
-    stop: tuple[str, ...] = ()
-    stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()  # Strings that end a completion.
+    stop_token_ids: tuple[int, ...] = ()  # Token ids that end a completion (besides EOS).
     seed: int | None = None  # Same seed, same prompt, same weights -> same tokens.
 
     def __post_init__(self):

@@ -72,7 +72,7 @@ class FilterConfig:
     """Limits of the quality filters."""
 
     max_code_chars: int = 12_000  # The new harness.
-    max_code_lines: int = 300
+    max_code_lines: int = 300  # Harnesses longer than this are dropped.
     max_completion_chars: int = 16_000  # The teacher's whole reply.
     # Sampling keywords (of solver.generate) the task fixes; a harness may not pass them. Empty:
     # the contract lets harnesses set every keyword (see hljax.harness.contract.describe).

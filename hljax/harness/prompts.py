@@ -26,7 +26,7 @@ class PromptConfig:
 
     report_max_chars: int = 6000  # The execution report is shrunk to fit (see ExecutionReport.render).
     report_max_tokens: int | None = None  # Also a token budget, when a tokenizer count is given.
-    system_prompt: str = SYSTEM_PROMPT
+    system_prompt: str = SYSTEM_PROMPT  # The proposer's system message ("": none).
 
     def __post_init__(self):
         if self.report_max_chars < 200:

@@ -44,9 +44,9 @@ class ProposerEntry:
 class ProposerServing:
     """How an HF-folder proposer is served (our engine behind the SGLang API)."""
 
-    max_batch: int = 16
-    max_seq_len: int = 8192
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    max_batch: int = 16  # Embedded proposer server: sequences decoded together.
+    max_seq_len: int = 8192  # Embedded proposer server: KV-cache length per sequence.
+    dtype: Literal["float32", "bfloat16"] = "float32"  # Embedded proposer server: compute dtype.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,15 +60,16 @@ class EvaluationSpec:
 
 @dataclasses.dataclass(frozen=True)
 class AdaptSpec:
-    rounds: int = 5
-    proposals: int = 1
+    rounds: int = 5  # Revision rounds T.
+    proposals: int = 1  # Candidates proposed per round.
+    # Selection policy between rounds (hljax/loop/selection.py).
     policy: Literal["keep_if_better", "best_of_g", "pareto"] = "keep_if_better"
     runs: int = 1  # Independent runs per task (different sampling seeds).
-    scoring_questions: int = 16
-    max_new_tokens: int = 1024
-    temperature: float = 0.7
-    top_p: float = 1.0
-    top_k: int = -1
+    scoring_questions: int = 16  # Questions each candidate is scored on.
+    max_new_tokens: int = 1024  # Proposal length cap.
+    temperature: float = 0.7  # Proposer sampling temperature.
+    top_p: float = 1.0  # Proposer nucleus sampling.
+    top_k: int = -1  # Proposer top-k (-1: off).
 
     def adapt_config(self) -> AdaptConfig:
         return AdaptConfig(rounds=self.rounds, proposals=self.proposals, policy=self.policy,
@@ -79,13 +80,13 @@ class AdaptSpec:
 @dataclasses.dataclass(frozen=True)
 class ReportSpec:
     html: bool = True  # A static HTML page per run (tree, diffs, scores) and an index.
-    plots: bool = True
+    plots: bool = True  # Write the score-vs-round plots.
 
 
 @dataclasses.dataclass(frozen=True)
 class EvalRunConfig:
-    run_dir: str = "runs/eval"
-    seed: int = 0
+    run_dir: str = "runs/eval"  # Rounds, harnesses, reports, tables; rerunning on it resumes.
+    seed: int = 0  # Questions, sampling and selection derive from it.
     # Rows of the results table, in a config as strings: "label=HF folder" (served by our engine behind
     # the SGLang API) or "label=http://host:port" (a running SGLang server; "|/hf/folder" after the URL
     # names its tokenizer). At least one is required.

@@ -31,13 +31,13 @@ from sandbox.pool import SandboxPool
 
 @dataclasses.dataclass(frozen=True)
 class StatesSpec:
-    mode: Literal["seed", "offline", "online"] = "seed"
+    mode: Literal["seed", "offline", "online"] = "seed"  # Where GRPO's revision states come from (see the class docstring).
     refresh_every: int = 50  # offline: GRPO steps per phase; the pool is rebuilt when a phase starts.
     rounds: int = 2  # offline: revision rounds per task at a refresh.
     proposals: int = 4  # offline: candidates per refresh round.
     scoring_questions: int = 8  # offline: the refresh runs' scoring set.
     max_new_tokens: int = 1024  # offline: proposer sampling at a refresh.
-    temperature: float = 1.0
+    temperature: float = 1.0  # offline: proposer sampling temperature at a refresh.
     keep_seeds: bool = True  # offline: seed-harness states stay in the pool.
     max_depth: int = 4  # online: revisions before a chain restarts from a seed.
 

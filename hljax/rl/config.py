@@ -26,7 +26,7 @@ class LossConfig:
     # Clip range [1 - eps_low, 1 + eps_high] of the importance ratio [epsilon, epsilon_high]. eps_high
     # None means eps_low (symmetric PPO clip); DAPO's clip-higher uses 0.28 with eps_low 0.2.
     eps_low: float = 0.2
-    eps_high: float | None = None
+    eps_high: float | None = None  # Upper clip of the ratio, 1 + eps_high (DAPO's clip-higher); None = eps_low.
     # KL to the frozen reference [beta]: the policy GRPO starts from (after SFT, the SFT proposer).
     # 0 skips the reference model entirely (DAPO, Dr. GRPO).
     beta: float = 0.0
@@ -63,12 +63,12 @@ class LossConfig:
 class OptimConfig:
     """AdamW with linear warmup then cosine decay, global-norm clipping."""
 
-    learning_rate: float = 1e-6
-    warmup_steps: int = 0
+    learning_rate: float = 1e-6  # Peak learning rate.
+    warmup_steps: int = 0  # Linear warm-up from 0 to learning_rate.
     decay_steps: int = 1000  # Cosine decay length after warmup.
     final_lr_ratio: float = 0.1  # LR at the end of the decay, relative to learning_rate.
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-8
-    weight_decay: float = 0.0
+    b1: float = 0.9  # Adam's first-moment decay.
+    b2: float = 0.999  # Adam's second-moment decay.
+    eps: float = 1e-8  # Adam's denominator epsilon.
+    weight_decay: float = 0.0  # Decoupled (AdamW) weight decay.
     max_grad_norm: float = 1.0  # 0 disables clipping.

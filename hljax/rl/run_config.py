@@ -34,27 +34,27 @@ RUN_LOSS = LossConfig(eps_high=0.28)
 @dataclasses.dataclass(frozen=True)
 class SFTSpec:
     data: str = "data/sft_tiny.jsonl"  # JSONL rows of {messages, completion, harness, ...}.
-    steps: int = 0
+    steps: int = 0  # SFT optimiser steps (0: no SFT stage).
     batch_size: int = 8  # Rows per optimiser step.
     micro_batches: int = 1  # Gradient accumulation: batch_size must divide into them.
     max_len: int = 1024  # Prompt + completion tokens; longer rows are an error naming the row.
     eval_rows: int = 8  # Rows held out to measure edit validity before and after SFT (0 skips).
-    eval_max_new_tokens: int = 128
-    eval_temperature: float = 0.7
+    eval_max_new_tokens: int = 128  # Sampling budget of the validity measure.
+    eval_temperature: float = 0.7  # Sampling temperature of the validity measure.
 
 
 @dataclasses.dataclass(frozen=True)
 class GRPOSpec:
-    steps: int = 0
+    steps: int = 0  # GRPO steps (0: no GRPO stage).
     prompts_per_step: int = 2  # Revision states per step.
     group_size: int = 4  # G completions per state; advantages are relative within a group.
-    micro_batches: int = 1
+    micro_batches: int = 1  # Gradient accumulation over the step's rows.
     mu: int = 1  # Optimiser updates per batch of rollouts (old log-probs fixed across them).
-    max_len: int = 2048
-    max_new_tokens: int = 256
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
+    max_len: int = 2048  # Prompt + completion tokens a rollout may hold (bucketed); longer is an error.
+    max_new_tokens: int = 256  # Proposal length cap.
+    temperature: float = 1.0  # Proposer sampling temperature (also the temperature of the trained log-probs).
+    top_p: float = 1.0  # Proposer nucleus sampling.
+    top_k: int = -1  # Proposer top-k (-1: off).
     scoring_questions: int = 4  # Per candidate; every candidate of a group gets the same ones.
     scoring_windows: int = 8  # Scoring questions rotate through this many disjoint windows.
     state_rounds: int = 4  # Feedback rounds (fresh report questions) per family in the state pool.
@@ -65,10 +65,10 @@ class RolloutSpec:
     # embedded_server: our JAX engine behind the SGLang HTTP API in this process, driven by the
     # SGLang client (the same code path as a real server). sglang: an external server at `url`.
     backend: Literal["embedded_server", "sglang"] = "embedded_server"
-    url: str = ""
+    url: str = ""  # SGLang server(s) or router of the proposer (backend sglang).
     sync_dir: str = ""  # Where new weights are exported for /update_weights_from_disk ("" = run_dir/sync).
-    max_batch: int = 16
-    max_seq_len: int = 4096
+    max_batch: int = 16  # Embedded server: sequences decoded together.
+    max_seq_len: int = 4096  # Embedded server: KV-cache length per sequence.
 
     def generator_spec(self, init_path: str, dtype: str) -> GeneratorSpec:
         """How to open the proposer: `init_path` holds the weights an embedded server starts from, and
@@ -81,29 +81,29 @@ class RolloutSpec:
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointSpec:
-    every: int = 50
-    keep: int = 3
-    async_save: bool = True
+    every: int = 50  # Steps between checkpoints (the last step is always saved).
+    keep: int = 3  # Checkpoints kept (oldest deleted).
+    async_save: bool = True  # Write checkpoints in the background.
 
 
 @dataclasses.dataclass(frozen=True)
 class LogSpec:
-    tensorboard: bool = True
-    plots: bool = True
+    tensorboard: bool = True  # Also write TensorBoard event files.
+    plots: bool = True  # Write curves.png at the end.
 
 
 @dataclasses.dataclass(frozen=True)
 class ExportSpec:
-    at_end: bool = True
+    at_end: bool = True  # Export the proposer as an HF folder (run_dir/export) at the end.
     dtype: str = ""  # "" = the initial checkpoint's dtype.
     after_sft: bool = False  # Also export the SFT proposer to run_dir/export-sft when GRPO starts.
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    mode: Literal["sft", "grpo", "sft+grpo"] = "sft+grpo"
-    run_dir: str = "runs/default"
-    seed: int = 0
+    mode: Literal["sft", "grpo", "sft+grpo"] = "sft+grpo"  # Stages to run, in order.
+    run_dir: str = "runs/default"  # Checkpoints, metrics, plots, exports; rerunning on it resumes.
+    seed: int = 0  # Everything a step consumes derives from (seed, step).
     model: ModelSpec = ModelSpec()
     mesh: MeshConfig = MeshConfig()
     distributed: DistributedSpec = DistributedSpec()
