@@ -85,8 +85,19 @@ def read_jsonl(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def stage_starts(rows: Sequence[Mapping]) -> list[tuple[int, str]]:
+    """(first step, stage) of every stage after the first, in step order: where curves.png draws a line."""
+    out, previous = [], None
+    for r in sorted((r for r in rows if "stage" in r), key=lambda r: r["step"]):
+        if previous is not None and r["stage"] != previous:
+            out.append((r["step"], r["stage"]))
+        previous = r["stage"]
+    return out
+
+
 def plot_curves(rows: Sequence[Mapping], out_png: str, curves=MAIN_CURVES, title: str = "") -> str | None:
-    """A grid of the main curves present in `rows`; returns the PNG path, or None if none are."""
+    """A grid of the main curves present in `rows`, a dotted line where a stage (SFT, GRPO) starts;
+    returns the PNG path, or None if no curve is present."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -95,6 +106,7 @@ def plot_curves(rows: Sequence[Mapping], out_png: str, curves=MAIN_CURVES, title
     present = [(k, label) for k, label in curves if any(isinstance(r.get(k), (int, float)) for r in rows)]
     if not present:
         return None
+    starts = stage_starts(rows)
     cols = min(3, len(present))
     rows_n = math.ceil(len(present) / cols)
     fig, axes = plt.subplots(rows_n, cols, figsize=(4.2 * cols, 3.0 * rows_n), squeeze=False)
@@ -102,6 +114,11 @@ def plot_curves(rows: Sequence[Mapping], out_png: str, curves=MAIN_CURVES, title
         pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
         xs, ys = zip(*pts)
         ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, lw=1.5)
+        for step, stage in starts:
+            if xs[0] < step <= xs[-1]:
+                ax.axvline(step - 0.5, color="grey", linestyle=":", lw=1)
+                ax.annotate(stage.upper(), (step - 0.5, 1.0), xycoords=("data", "axes fraction"), ha="left",
+                            va="top", fontsize=7, color="grey")
         ax.set_title(label)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)

@@ -233,6 +233,7 @@ def plot_rounds(results: Sequence[tables.TaskResult], path: str) -> str:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for label in dict.fromkeys(r.label for r in results if r.per_round):
@@ -242,6 +243,7 @@ def plot_rounds(results: Sequence[tables.TaskResult], path: str) -> str:
     if seed:
         ax.axhline(float(np.mean(seed)), color="grey", linestyle="--", label="seed harness")
     ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # Rounds are whole: no 0.5, 1.5 ticks.
     ax.set_ylabel("held-out score (mean over tasks)")
     ax.legend()
     fig.tight_layout()

@@ -245,7 +245,8 @@ def _metrics(stats: np.ndarray, kept_rewards: np.ndarray) -> dict:
     }
     for f in rw.FLAGS:
         m[f"flag/{f}"] = float(stats[:, COL[f"flag/{f}"]].sum())  # Counts, not rates: each is worth a look.
-    for kind, count in kinds.items():
+    # Every kind every step, zeros included: a curve with gaps reads as missing data.
+    for kind in KINDS:
         if kind not in rw.RUN_KINDS + rw.FLAGGED_KINDS:
-            m[f"invalid/{kind}"] = count / n
+            m[f"invalid/{kind}"] = kinds[kind] / n
     return m
