@@ -57,6 +57,10 @@ def evaluate(run_dir: str, seed: int, role: str, protocol: str, out: str, args) 
     c.seed = seed
     c.proposers = (f"sft={run_dir}/export-sft", f"rl={run_dir}/export")
     c.tasks.role = role
+    if role == "heldout":
+        # Some held-out families' task texts make prompts past 2,048 tokens (configs/adapt_tiny.py's
+        # engine context, kept for the RL families); the tiny model takes 4,096 positions.
+        c.proposer.max_seq_len = 4096
     c.tasks.families = ()
     c.evaluation.eval_questions = args.eval_questions
     c.adapt.scoring_questions = args.scoring_questions
