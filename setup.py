@@ -10,6 +10,7 @@ INSTALL_REQUIRES = [
     "optax>=0.2.8",
     "orbax-checkpoint>=0.12.8",
     "transformers>=5.24",
+    "jinja2>=3.1",  # transformers' apply_chat_template (proposer and solver prompts); not one of its own requirements
     "tokenizers>=0.23",
     "safetensors>=0.8.0",
     "ml-collections>=1.1.0",
