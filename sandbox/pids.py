@@ -58,10 +58,6 @@ class PidsCgroup:
         procs = os.path.join(self.path, "cgroup.procs")
         return ("/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procs, *argv)
 
-    def current(self) -> int:
-        with open(os.path.join(self.path, "pids.current")) as f:
-            return int(f.read())
-
     def remove(self) -> None:
         """Once its processes are gone (the fork server stopped)."""
         _rmdir(self.path)

@@ -168,9 +168,8 @@ class Trainer:
                     self._save(step)
                 if self._stop:
                     self.checkpointer.wait()
-                    name = signal.Signals(self._stop_signal or signal.SIGTERM).name
-                    raise Preempted(f"{name}: saved step {step}; rerun the same command to resume",
-                                    128 + (self._stop_signal or signal.SIGTERM))
+                    sig = signal.Signals(self._stop_signal or signal.SIGTERM)
+                    raise Preempted(f"{sig.name}: saved step {step}; rerun the same command to resume", 128 + sig)
             if cfg.sft_steps and not cfg.grpo_steps and cfg.sft.eval_rows and "validity_after_sft" not in summary:
                 summary["validity_after_sft"] = self._sft_validity("after")
             self.checkpointer.wait()
