@@ -81,7 +81,7 @@ def main():
     m = lambda x: split_micro(np.asarray(x), 1)  # noqa: E731
     z = np.zeros((B, L), np.float32)
     batch = TrainBatch(seqs=jax.tree.map(m, seqs), advantages=m(rng.normal(size=B).astype(np.float32)),
-                       old_logp=m(z - 5), ref_logp=m(z - 5))
+                       old_logp=m(z - 5), ref_logp=m(z - 5), sampler_logp=m(z - 5))
     loss = LossConfig(mode="grpo", logprob_chunk=min(L, 512))
     with shd.use_mesh(mesh):
         batch = jax.device_put(batch, batch_sharding(mesh))

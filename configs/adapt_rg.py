@@ -1,6 +1,8 @@
 """Reasoning Gym test-time adaptation (the paper's multistep protocol): on each of the 21 held-out
 families, 5 rounds with one proposal per round, `KeepIfBetter`; the kept harness after each round
-is scored on held-out questions. Proposer and solver are frozen SGLang servers:
+is scored on held-out questions. Proposer and solver are frozen SGLang servers; the solver, the
+report and the sandbox limit are the Reasoning Gym setup's (configs/setups.py), as in collection and
+training. Thinking mode is off for proposer and solver (proposer.enable_thinking, solver.enable_thinking).
 
     python -m sglang.launch_server --model-path runs/rg_grpo/export --port 30000   # proposer
     python -m sglang.launch_server --model-path /models/Qwen3.5-4B --port 30001    # solver
@@ -9,7 +11,7 @@ is scored on held-out questions. Proposer and solver are frozen SGLang servers:
         --config.solver.path=/models/Qwen3.5-4B
 """
 
-from configs import adapt_base
+from configs import adapt_base, setups
 
 
 def get_config():
@@ -17,7 +19,6 @@ def get_config():
     c.run_dir = "runs/adapt_rg"
     c.tasks.suite = "reasoning_gym"
     c.tasks.role = "heldout"
-    c.tasks.feedback = 16
     c.adapt.rounds = 5
     c.adapt.proposals = 1
     c.adapt.policy = "keep_if_better"
@@ -26,16 +27,8 @@ def get_config():
     c.evaluation.protocol = "rounds"
     c.evaluation.eval_questions = 64
     c.proposer.dtype = "bfloat16"
-    c.solver.backend = "sglang"
-    c.solver.url = "http://127.0.0.1:30001"
-    c.solver.max_new_tokens = 2048
-    c.solver.temperature = 0.7
-    c.solver.top_p = 0.8
-    c.solver.top_k = 20
-    c.solver.max_calls = 16
-    c.solver.max_tokens = 16384
+    c.proposer.enable_thinking = False
+    setups.apply(c, "reasoning_gym")
     c.sandbox.workers = 8
     c.sandbox.slots_per_worker = 8
-    c.sandbox.timeout_s = 300.0
-    c.prompt.report_max_chars = 12000
     return c

@@ -22,6 +22,11 @@ def get_config():
     c.teacher.top_p = 1.0
     c.teacher.max_seq_len = 2048
     c.solver.backend = "embedded"
+    c.solver.url = ""
+    # Greedy, as this smoke run has always sampled its random solver (the RG setup samples at 0.7).
+    c.solver.temperature = 0.0
+    c.solver.top_p = 1.0
+    c.solver.top_k = -1
     c.solver.max_batch = 16
     c.solver.max_seq_len = 1024
     c.solver.max_new_tokens = 32

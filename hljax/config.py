@@ -155,6 +155,10 @@ class ModelSpec:
     dtype: Literal["float32", "bfloat16"] = "float32"  # Compute dtype.
     param_dtype: Literal["float32", "bfloat16"] = "float32"  # Storage dtype of trained weights.
     remat: bool = False  # Recompute layer activations in the backward pass (memory for compute).
+    # Qwen3's thinking mode in the proposer's chat template, for SFT rows, GRPO rollouts and state
+    # refreshes alike. False: the template's empty think block, so the proposer answers with edits
+    # straight away, as the teacher's SFT completions (which carry no reasoning) do.
+    enable_thinking: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -53,10 +53,12 @@ class ScriptedProposer:
     def __init__(self, task_name: str, seed: int, rounds: int):
         self.round_of = {derive_seed(seed, task_name, 0, t): t for t in range(rounds)}
         self.calls = []
+        self.thinking = set()
 
     def chat(self, conversations, sampling, *, n=1, return_logprobs=False, enable_thinking=False):
         t = self.round_of[sampling.seed]
         self.calls.append(t)
+        self.thinking.add(enable_thinking)
         assert n == len(SCRIPT[t]) and len(conversations) == 1
         assert "## Execution report" in conversations[0][-1]["content"]
         return [[Completion(text, (1,), None, "stop", 10, "script") for text in SCRIPT[t]]]
@@ -120,6 +122,14 @@ def test_interrupted_run_resumes_identically(task, pool, tmp_path):
     resumed, p2 = _run(task, pool, tmp_path / "cut")
     assert p2.calls == [2, 3]  # Rounds 0-1 were not redone.
     assert _strip(resumed) == _strip(full)
+
+
+def test_the_proposers_thinking_mode_reaches_its_chat_template(task, pool, tmp_path):
+    _, off = _run(task, pool, tmp_path / "off", stop_after=1)
+    proposer = ScriptedProposer(task.name, 0, CFG.rounds)
+    run_adaptation(task, seeds.load("reasoning"), proposer, pool, dataclasses.replace(CFG, enable_thinking=True),
+                   rec.RunStore(str(tmp_path / "on")), seed=0, stop_after=1)
+    assert (off.thinking, proposer.thinking) == ({False}, {True})
 
 
 def test_resume_refuses_a_different_seed_harness(task, pool, tmp_path):

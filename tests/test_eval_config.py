@@ -36,6 +36,18 @@ def test_paper_protocol_numbers():
     assert load("eval_qa_single").adapt.proposals == 80
 
 
+def test_the_proposers_thinking_mode_is_one_setting():
+    from configs import adapt_rg
+
+    c = adapt_rg.get_config()
+    c.proposers = ("rl=/models/rl",)
+    c.solver.path = "/models/solver"
+    assert EvalRunConfig.from_config(c).adapt_config().enable_thinking is False
+    c.proposer.enable_thinking = True
+    cfg = EvalRunConfig.from_config(c)
+    assert cfg.adapt_config().enable_thinking is True and cfg.adapt_config().max_new_tokens == 4096
+
+
 def test_typo_and_bad_values_name_the_key():
     from configs import adapt_tiny
 

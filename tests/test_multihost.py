@@ -126,7 +126,8 @@ def worker(args) -> None:
     seqs = dataclasses.replace(seqs, loss_mask=seqs.loss_mask * keep[rows][:, None].astype(np.float32))
     m = lambda x: split_micro(np.asarray(x, np.float32), M)  # noqa: E731
     local = TrainBatch(seqs=jax.tree.map(lambda x: split_micro(np.asarray(x), M), seqs),
-                       advantages=m(np.where(keep, adv, 0.0)[rows]), old_logp=m(old), ref_logp=m(ref))
+                       advantages=m(np.where(keep, adv, 0.0)[rows]), old_logp=m(old), ref_logp=m(ref),
+                       sampler_logp=m(old))
     with shd.use_mesh(mesh):
         step_metrics = jax.device_get(train_step(model, opt, global_batch(local, mesh, B), cfg))
     # Collective: every process gathers, process 0 writes.

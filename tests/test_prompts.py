@@ -99,3 +99,23 @@ def test_seed_harnesses_run_in_the_sandbox():
     assert qa.answer == " ".join(("echo:" + prompt).split()[:32])
     samplings = sorted((size, s.temperature, s.max_new_tokens) for _, size, s in gen.requests)
     assert samplings == [(1, 0.0, 32), (1, 0.0, 32), (1, 0.7, 1024)]
+
+
+def test_sft_rows_render_with_the_proposers_thinking_mode():
+    """model.enable_thinking decides the SFT prompt as it does GRPO's: off, Qwen3's template ends the
+    generation prompt with an empty think block; on, the assistant turn is left open."""
+    import os
+
+    import transformers
+
+    import hljax
+    from hljax.rl.sft_data import SFTRow, encode
+
+    tok = transformers.AutoTokenizer.from_pretrained(os.path.join(os.path.dirname(hljax.__file__), "assets",
+                                                                  "tokenizer"))
+    row = SFTRow("r", "rg/gcd", "h", ({"role": "user", "content": "revise"},), "edit")
+    off, completion = encode(tok, row, enable_thinking=False)
+    on, _ = encode(tok, row, enable_thinking=True)
+    assert tok.decode(off) == "<|im_start|>user\nrevise<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    assert tok.decode(on) == "<|im_start|>user\nrevise<|im_end|>\n<|im_start|>assistant\n"
+    assert completion[-1] == tok.eos_token_id

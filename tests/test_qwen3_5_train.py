@@ -71,7 +71,7 @@ def test_one_sft_step_equals_torch_sgd_on_every_weight(tiny_text, tmp_path):
         m = lambda x: split_micro(np.asarray(x), 2)  # noqa: E731
         zeros = np.zeros_like(seqs.loss_mask)
         batch = TrainBatch(seqs=jax.tree.map(m, seqs), advantages=m(np.zeros(4, np.float32)),
-                           old_logp=m(zeros), ref_logp=m(zeros))
+                           old_logp=m(zeros), ref_logp=m(zeros), sampler_logp=m(zeros))
         batch = jax.device_put(batch, batch_sharding(mesh))
         metrics = jax.device_get(train_step(model, opt, batch, LossConfig(mode="sft", logprob_chunk=16)))
     np.testing.assert_allclose(metrics["loss"], loss.item(), rtol=1e-5)

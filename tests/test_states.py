@@ -7,7 +7,7 @@ import pytest
 
 from hljax.generate.types import Completion
 from hljax.harness import seeds
-from hljax.loop.states import StatePool, StatesSpec
+from hljax.loop.states import StatePool, StatesSpec, state_key
 from hljax.tasks.reasoning_gym import ReasoningGymTask, RGTaskConfig
 from hljax.tasks.suite import split_config
 from sandbox.config import SandboxConfig
@@ -30,9 +30,12 @@ class Proposer:
 
     def __init__(self):
         self.calls = 0
+        self.seen, self.thinking = [], set()
 
     def chat(self, conversations, sampling, *, n=1, return_logprobs=False, enable_thinking=False):
         self.calls += 1
+        self.seen.append(sampling)
+        self.thinking.add(enable_thinking)
         prompt = conversations[0][-1]["content"]
         text = block(SEED_LINE, "    return solver.generate(question + ' Think.').strip()") \
             if SEED_LINE in prompt else "nothing"
@@ -49,10 +52,14 @@ def setup():
 
 def test_offline_refresh_adds_proposer_harnesses_and_is_reused(setup, tmp_path):
     tasks, pool = setup
-    spec = StatesSpec(mode="offline", refresh_every=3, rounds=2, proposals=2, scoring_questions=3)
-    states = StatePool(spec, tasks, SEED, pool, state_rounds=2, directory=str(tmp_path))
+    spec = StatesSpec(mode="offline", refresh_every=3, rounds=2, proposals=2, scoring_questions=3, max_new_tokens=64,
+                      temperature=0.5, top_p=0.9, top_k=7)
+    states = StatePool(spec, tasks, SEED, pool, state_rounds=2, directory=str(tmp_path), enable_thinking=True)
     proposer = Proposer()
     entries = states.refresh(0, proposer)
+    # The refresh samples with the spec's settings (a run's: grpo's) and the proposer's chat template.
+    sp = proposer.seen[0]
+    assert (sp.max_new_tokens, sp.temperature, sp.top_p, sp.top_k, proposer.thinking) == (64, 0.5, 0.9, 7, {True})
     made = states.proposer_made()
     # Per task: round 0's valid edit is advanced to (BestOfG); round 1 revises it and finds no seed line.
     assert len(made) == 2 and {e.task for e in made} == {0, 1}
@@ -67,6 +74,8 @@ def test_offline_refresh_adds_proposer_harnesses_and_is_reused(setup, tmp_path):
     again = StatePool(spec, tasks, SEED, pool, 2, str(tmp_path)).refresh(0, proposer)
     assert again == entries and proposer.calls == calls  # A resumed run reuses the stored refresh.
     assert states.phase_of(0) == 0 and states.phase_of(3) == 1
+    with pytest.raises(ValueError, match="unset"):  # A bare spec: a run resolves these from grpo.
+        StatePool(StatesSpec(mode="offline"), tasks, SEED, pool, 2, str(tmp_path / "bare")).refresh(0, proposer)
 
 
 def test_online_chains_advance_stay_restart_and_resume(setup, tmp_path):
@@ -82,7 +91,8 @@ def test_online_chains_advance_stay_restart_and_resume(setup, tmp_path):
     states.advance(0, 1, None, "")  # No valid candidate: the chain stays, one revision deeper.
     states.advance(0, 2, better, "c3")
     states.save_chains(0, [0, 1, 2])
-    assert states.state(1, 0, 3).harness == better and states.state(1, 0, 3).round_index == 1
+    # Step 1, slot 0 of 3: state index 3, so feedback round 3 of 4 (fresh questions, whatever the depth).
+    assert states.state(1, 0, 3).harness == better and states.state(1, 0, 3).round_index == 3
     assert states.chains[1].harness == SEED and states.chains[1].depth == 1
     assert len(states.proposer_made()) == 2
     states.advance(1, 0, better + "\n", "c2")  # Depth 2 = max_depth: restart on the next task's seed.
@@ -93,3 +103,16 @@ def test_online_chains_advance_stay_restart_and_resume(setup, tmp_path):
     assert resumed.chains[0].harness == better and resumed.chains[1].depth == 1
     with pytest.raises(FileNotFoundError, match="after step 5"):
         resumed.load_chains(5, [0])
+
+
+def test_state_keys_tell_states_apart(setup, tmp_path):
+    """The key of the distinct-states metric: one per (task, harness, feedback round), stable, exact
+    in a float64 (the per-row statistics processes gather)."""
+    tasks, pool = setup
+    states = StatePool(StatesSpec(), tasks, SEED, pool, state_rounds=2, directory=str(tmp_path))
+    keys = [state_key(states.state(step, slot, 2)) for step in range(4) for slot in range(2)]
+    # 2 tasks x 2 rounds = 4 distinct seed states over 8 slots, each twice, in pool order.
+    assert keys[:4] == keys[4:] and len(set(keys)) == 4
+    assert all(0 <= k < 2**48 and float(k) == k for k in keys)
+    other = StatePool(StatesSpec(), tasks, SEED + "\n", pool, 2, str(tmp_path))
+    assert state_key(other.state(0, 0, 2)) not in keys

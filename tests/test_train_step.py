@@ -12,9 +12,10 @@ from flax import nnx
 from hljax import sharding as shd
 from hljax.checkpoint import hf
 from hljax.mesh import MeshConfig
-from hljax.rl.batching import pack, split_micro
+from hljax.rl.batching import completion_logprobs, pack, place_completion_logprobs, split_micro
 from hljax.rl.config import LossConfig, OptimConfig
-from hljax.rl.train_step import TrainBatch, batch_sharding, make_optimizer, sequence_logprobs_jit, train_step
+from hljax.rl.train_step import (TrainBatch, batch_sharding, make_optimizer, mean_metrics, sequence_logprobs_jit,
+                                 train_step)
 
 L = 32
 RNG = np.random.default_rng(0)
@@ -28,7 +29,8 @@ def _batch(n_micro, adv=None):
     seqs = pack(PROMPTS, COMPLETIONS, L)
     adv = adv if adv is not None else (REWARDS - REWARDS.mean()).astype(np.float32)
     m = lambda x: split_micro(np.asarray(x), n_micro)  # noqa: E731
-    return TrainBatch(seqs=jax.tree.map(m, seqs), advantages=m(adv), old_logp=m(OLD), ref_logp=m(OLD + 0.1))
+    return TrainBatch(seqs=jax.tree.map(m, seqs), advantages=m(adv), old_logp=m(OLD), ref_logp=m(OLD + 0.1),
+                      sampler_logp=m(OLD))
 
 
 # Plain SGD where updates must be compared exactly: Adam's g / sqrt(g^2) amplifies float noise in
@@ -123,7 +125,8 @@ def test_grpo_steps_move_logprobs_the_right_way(tiny_untied):
         with shd.use_mesh(mesh):
             old[:] = np.asarray(sequence_logprobs_jit(model, jax.tree.map(jnp.asarray, seqs), 1.0, 8))
         m = lambda x: split_micro(np.asarray(x), 1)  # noqa: E731
-        batch = TrainBatch(seqs=jax.tree.map(m, seqs), advantages=m(adv), old_logp=m(old), ref_logp=m(old))
+        batch = TrainBatch(seqs=jax.tree.map(m, seqs), advantages=m(adv), old_logp=m(old), ref_logp=m(old),
+                           sampler_logp=m(old))
         _step(model, opt, batch, cfg, mesh)
     after = seq_logp()
     assert after[0] > before[0] + 0.1 and after[1] < before[1] - 0.1, (before, after)
@@ -145,7 +148,7 @@ def test_sft_loss_is_completion_cross_entropy_and_decreases(tiny_untied):
     m = lambda x: split_micro(np.asarray(x), 2)  # noqa: E731
     zeros = np.zeros_like(seqs.loss_mask)
     batch = TrainBatch(seqs=jax.tree.map(m, seqs), advantages=m(np.zeros(4, np.float32)), old_logp=m(zeros),
-                       ref_logp=m(zeros))
+                       ref_logp=m(zeros), sampler_logp=m(zeros))
     cfg = LossConfig(mode="sft", logprob_chunk=8)
     losses = [float(_step(model, opt, batch, cfg, mesh)["loss"]) for _ in range(5)]
     np.testing.assert_allclose(losses[0], want, rtol=1e-4)
@@ -167,3 +170,78 @@ def test_remat_train_step_equals_plain(tiny_untied):
     np.testing.assert_allclose(m1["loss"], m0["loss"], rtol=1e-5)
     for k in p0:
         np.testing.assert_allclose(p1[k], p0[k], atol=1e-5, err_msg=k)
+
+
+def test_mu_updates_keep_old_logprobs_and_clip_from_the_second(tiny_untied):
+    """grpo.mu = 2 as the trainer runs it: two steps on one batch whose old log-probs were computed
+    once. The first update is on-policy (ratio 1: no clip, no drift); the second sees the moved policy
+    against the fixed old log-probs, and its clip fraction is what the clipped surrogate says for the
+    log-probs the model now gives (computed here in numpy)."""
+    mesh = shd.single_device_mesh()
+    model, opt = _setup(tiny_untied, mesh, OptimConfig(learning_rate=2e-2, max_grad_norm=0))
+    seqs = pack(PROMPTS, COMPLETIONS, L)
+    adv = np.asarray([1.0, -1.0] * 4, np.float32)
+    with shd.use_mesh(mesh):
+        old = np.asarray(sequence_logprobs_jit(model, jax.tree.map(jnp.asarray, seqs), 1.0, 8))
+    m = lambda x: split_micro(np.asarray(x), 2)  # noqa: E731
+    batch = TrainBatch(seqs=jax.tree.map(m, seqs), advantages=m(adv), old_logp=m(old), ref_logp=m(old),
+                       sampler_logp=m(old))
+    cfg = LossConfig(eps_low=0.2, eps_high=0.28, logprob_chunk=8)
+    first = _step(model, opt, batch, cfg, mesh)
+    with shd.use_mesh(mesh):
+        moved = np.asarray(sequence_logprobs_jit(model, jax.tree.map(jnp.asarray, seqs), 1.0, 8))
+    second = _step(model, opt, batch, cfg, mesh)
+    assert float(first["clip_frac"]) == 0.0 and float(first["policy_drift"]) < 1e-5
+    mask = seqs.loss_mask.astype(bool)
+    ratio = np.exp(moved.astype(np.float64) - old)
+    a = adv[:, None]
+    clipped = np.clip(ratio, 0.8, 1.28) * a < ratio * a
+    want = clipped[mask].mean()
+    assert want > 0.05, want  # The policy moved past the clip range on some tokens.
+    np.testing.assert_allclose(float(second["clip_frac"]), want, atol=1.5 / mask.sum())
+    np.testing.assert_allclose(float(second["policy_drift"]), np.abs(moved - old)[mask].mean(), rtol=1e-3)
+    assert mean_metrics([{"clip_frac": 0.0, "loss": 1.0}, {"clip_frac": 0.5, "loss": 3.0}]) == \
+        {"clip_frac": 0.25, "loss": 2.0}
+
+
+def test_truncated_importance_weight_in_the_step(tiny_untied):
+    """Sampler log-probs 4x below the trainer's: every token's weight is min(4, 2) = 2, so at the
+    first update (ratio 1, no KL) the loss is twice the unweighted one; with the sampler equal to the
+    trainer the weight is 1 and the loss is the unweighted one."""
+    mesh = shd.single_device_mesh()
+    seqs = pack(PROMPTS, COMPLETIONS, L)
+    model = hf.load_hf(tiny_untied, mesh)
+    with shd.use_mesh(mesh):
+        old = np.asarray(sequence_logprobs_jit(model, jax.tree.map(jnp.asarray, seqs), 1.0, 8))
+    adv = (REWARDS - REWARDS.mean()).astype(np.float32)
+    m = lambda x: split_micro(np.asarray(x), 2)  # noqa: E731
+    out = {}
+    for name, sampler, cap in [("off", old, None), ("equal", old, 2.0), ("low", old - np.log(4.0), 2.0)]:
+        model, opt = _setup(tiny_untied, mesh)
+        batch = TrainBatch(seqs=jax.tree.map(m, seqs), advantages=m(adv), old_logp=m(old), ref_logp=m(old),
+                           sampler_logp=m(sampler))
+        out[name] = _step(model, opt, batch, LossConfig(logprob_chunk=8, tis_cap=cap), mesh)
+    # Ratio 1 at the first update: the loss is -sum(A * w * mask) / sum(mask).
+    mask = seqs.loss_mask
+    want = -(adv[:, None] * mask).sum() / mask.sum()
+    np.testing.assert_allclose(float(out["off"]["loss"]), want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(float(out["equal"]["loss"]), want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(float(out["low"]["loss"]), 2 * want, rtol=1e-4, atol=1e-6)
+    assert float(out["low"]["tis/weight"]) == pytest.approx(2.0) and float(out["low"]["tis/capped_frac"]) == 1.0
+    assert float(out["equal"]["tis/weight"]) == pytest.approx(1.0) and float(out["equal"]["tis/capped_frac"]) == 0.0
+    assert "tis/weight" not in out["off"]
+
+
+def test_sampler_logprobs_are_placed_where_the_loss_reads():
+    """pack puts completion token k's target at position len(prompt) - 1 + k: row 0 (prompt 3 tokens,
+    completion 2) gets its two log-probs at positions 2 and 3; row 1 has none and keeps the fallback."""
+    seqs = pack([[5, 6, 7], [8, 9]], [[10, 11], [12, 13, 14]], 8)
+    fallback = np.full((2, 8), -9.0, np.float32)
+    got = place_completion_logprobs([[-0.5, -1.5], []], [3, 2], [2, 3], fallback)
+    want = fallback.copy()
+    want[0, 2:4] = [-0.5, -1.5]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(seqs.loss_mask[0], [0, 0, 1, 1, 0, 0, 0, 0])
+    np.testing.assert_array_equal(completion_logprobs(got[0], 3, 2), [-0.5, -1.5])
+    with pytest.raises(ValueError, match="row 0: the sampler returned 1 log-probs for 2"):
+        place_completion_logprobs([[-0.5], []], [3, 2], [2, 3], fallback)

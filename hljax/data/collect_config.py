@@ -1,8 +1,10 @@
 """The typed config of a collection run (`launch.collect`, hljax/data/collect.py).
 
-Its defaults are the schema, and they are the paper's Reasoning Gym collection: configs/collect_rg.py
-is `config_tree(CollectConfig)` plus its output paths. Built from a locked ml_collections config by
-`typed` (hljax/config.py): unknown keys, wrong types and bad values fail at start-up, naming the key.
+Its defaults are the schema: configs/collect_base.py is `config_tree(CollectConfig)`, and
+configs/collect_rg.py (the paper's Reasoning Gym collection) applies the Reasoning Gym setup
+(configs/setups.py), the solver and revision conditions training and evaluation use too. Built from a
+locked ml_collections config by `typed` (hljax/config.py): unknown keys, wrong types and bad values
+fail at start-up, naming the key.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ class TeacherSpec:
     preset: str = "tiny"  # embedded_server with no path: a random model of this preset (tests, smoke runs).
     api_key_env: str = ""  # Name of the environment variable holding an API key ("" = none).
     template_kwargs: bool = True  # Send chat_template_kwargs (SGLang/vLLM); off for api.openai.com.
-    enable_thinking: bool = False  # Qwen3 thinking mode for the teacher.
+    # Qwen3's thinking mode in the teacher's chat template (chat_template_kwargs). False: the kept
+    # completions are edits with no reasoning before them, what the proposer is trained to write.
+    enable_thinking: bool = False
     max_new_tokens: int = 4096  # Teacher completion length cap.
     temperature: float = 0.7  # Teacher sampling temperature.
     top_p: float = 0.95  # Teacher nucleus sampling.
@@ -47,7 +51,8 @@ class TeacherSpec:
     max_seq_len: int = 16384  # Prompts longer than this (tokens) are skipped.
 
 
-# The paper's solver (Qwen3.5-4B behind SGLang): longer answers and more calls than a training run's.
+# A collection's default solver: an SGLang server with greedy answers, a bigger budget than a training
+# run's default. The paper's collection (configs/collect_rg.py) replaces it with its setup's.
 COLLECT_SOLVER = SolverSpec(backend="sglang", max_batch=64, max_seq_len=8192, budget=SolverConfig(
     sampling=SamplingParams(max_new_tokens=1024, temperature=0.0, top_p=1.0, top_k=-1), max_calls=8, max_tokens=8192))
 

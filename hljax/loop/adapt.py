@@ -38,6 +38,7 @@ class AdaptConfig:
     temperature: float = 0.7
     top_p: float = 1.0
     top_k: int = -1
+    enable_thinking: bool = False  # The proposer's chat template: Qwen3's thinking mode.
 
     def __post_init__(self):
         if self.rounds < 1 or self.proposals < 1 or self.scoring_questions < 1:
@@ -52,8 +53,9 @@ def question_scores(results: Sequence[JobResult]) -> tuple[float, ...]:
     return tuple(float(r.score or 0.0) for r in results)
 
 
-def propose(proposer: Generator, messages, sampling: SamplingParams, n: int) -> list[Completion]:
-    return proposer.chat([messages], sampling, n=n)[0]
+def propose(proposer: Generator, messages, sampling: SamplingParams, n: int,
+            enable_thinking: bool = False) -> list[Completion]:
+    return proposer.chat([messages], sampling, n=n, enable_thinking=enable_thinking)[0]
 
 
 def judge(pool: SandboxPool, task: Task, parent_code: str, completions: Sequence[str], questions: Sequence[Question],
@@ -125,7 +127,7 @@ def run_adaptation(
         code = store.harness(current)
         state = build_state(pool, task, code, t)
         sampling = cfg.sampling(derive_seed(seed, task.name, run_index, t))
-        completions = propose(proposer, state.messages(prompt), sampling, cfg.proposals)
+        completions = propose(proposer, state.messages(prompt), sampling, cfg.proposals, cfg.enable_thinking)
         ids = [rec.candidate_id(t, i) for i in range(len(completions))]
         judged = judge(pool, task, code, [c.text for c in completions], scoring, ids, current, reward)
         for c, cand_code in judged:

@@ -85,8 +85,9 @@ def single_revision(cfg: EvalRunConfig, task: Task, seed_code: str, proposer, po
         return
     store.put_harness(rec.SEED_ID, seed_code)
     state = build_state(pool, task, seed_code, 0)
-    sampling = cfg.adapt.adapt_config().sampling(derive_seed(cfg.seed, task.name, "single"))
-    completions = propose(proposer, state.messages(cfg.prompt), sampling, cfg.adapt.proposals)
+    adapt = cfg.adapt_config()
+    sampling = adapt.sampling(derive_seed(cfg.seed, task.name, "single"))
+    completions = propose(proposer, state.messages(cfg.prompt), sampling, adapt.proposals, adapt.enable_thinking)
     ids = [rec.candidate_id(0, i) for i in range(len(completions))]
     judged = judge(pool, task, seed_code, [c.text for c in completions], evalq, ids, rec.SEED_ID, cfg.reward)
     for c, code in judged:
@@ -107,7 +108,7 @@ def adaptation_runs(cfg: EvalRunConfig, task: Task, seed_code: str, proposer, po
     held-out questions."""
     for k in range(cfg.adapt.runs):
         store = rec.RunStore(os.path.join(base_dir, f"run{k}"))
-        rounds = run_adaptation(task, seed_code, proposer, pool, cfg.adapt.adapt_config(), store, seed=cfg.seed,
+        rounds = run_adaptation(task, seed_code, proposer, pool, cfg.adapt_config(), store, seed=cfg.seed,
                                 run_index=k, prompt=cfg.prompt, reward=cfg.reward)
         kept = dict.fromkeys([rec.SEED_ID] + [r.selected for r in rounds])
         eval_scores(pool, task, store.directory, {i: store.harness(i) for i in kept}, evalq)

@@ -42,8 +42,12 @@ class ProposerEntry:
 
 @dataclasses.dataclass(frozen=True)
 class ProposerServing:
-    """How an HF-folder proposer is served (our engine behind the SGLang API)."""
+    """How the proposers are prompted, and how an HF-folder one is served (our engine behind the
+    SGLang API)."""
 
+    # Qwen3's thinking mode in the proposer's chat template (every proposer of the table). False, as
+    # in training (model.enable_thinking): the template's empty think block, an edit straight away.
+    enable_thinking: bool = False
     max_batch: int = 16  # Embedded proposer server: sequences decoded together.
     max_seq_len: int = 8192  # Embedded proposer server: KV-cache length per sequence.
     dtype: Literal["float32", "bfloat16"] = "float32"  # Embedded proposer server: compute dtype.
@@ -71,10 +75,11 @@ class AdaptSpec:
     top_p: float = 1.0  # Proposer nucleus sampling.
     top_k: int = -1  # Proposer top-k (-1: off).
 
-    def adapt_config(self) -> AdaptConfig:
+    def adapt_config(self, enable_thinking: bool = False) -> AdaptConfig:
         return AdaptConfig(rounds=self.rounds, proposals=self.proposals, policy=self.policy,
                            scoring_questions=self.scoring_questions, max_new_tokens=self.max_new_tokens,
-                           temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
+                           temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                           enable_thinking=enable_thinking)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +116,10 @@ class EvalRunConfig:
             raise ConfigError(f"proposers: labels must be unique and not 'seed', got {labels}")
         if self.solver.backend == "embedded" and not self.solver_path:
             raise ConfigError("solver.path: the solver's HF folder (or give the first proposer as an HF folder)")
+
+    def adapt_config(self) -> AdaptConfig:
+        """The rounds' settings: the adapt block, with the proposers' thinking mode."""
+        return self.adapt.adapt_config(enable_thinking=self.proposer.enable_thinking)
 
     @property
     def solver_path(self) -> str:

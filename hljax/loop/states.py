@@ -11,17 +11,24 @@ Three modes (`StatesSpec.mode`):
   from the seed of another task after `max_depth` revisions. Chains are saved after every step, one
   file per slot, by the process that owns the slot.
 
-A state's index decides everything about it, so reruns draw the same states.
+A state is (task, harness, feedback round): its report comes from running the harness on that round's
+fresh feedback questions. `state_rounds` feedback rounds per harness make seed-harness states distinct
+prompts (the report differs); in `seed` and `offline` modes the slots of successive steps walk
+through pool members, then rounds, and in `online` mode each (step, slot) reads the next round, so a
+chain restarted from a seed does not repeat the seed's first state. A state's index decides
+everything about it, so reruns draw the same states.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 from typing import Literal, Sequence
 
 from hljax.generate.types import Generator
+from hljax.harness.prompts import PromptConfig
 from hljax.loop import records as rec
 from hljax.loop.adapt import AdaptConfig, run_adaptation
 from hljax.loop.revision import RevisionState, build_state
@@ -36,8 +43,13 @@ class StatesSpec:
     rounds: int = 2  # offline: revision rounds per task at a refresh.
     proposals: int = 4  # offline: candidates per refresh round.
     scoring_questions: int = 8  # offline: the refresh runs' scoring set.
-    max_new_tokens: int = 1024  # offline: proposer sampling at a refresh.
-    temperature: float = 1.0  # offline: proposer sampling temperature at a refresh.
+    # offline: proposer sampling at a refresh. None: the training proposals' (grpo.max_new_tokens,
+    # temperature, top_p, top_k; RunConfig resolves them), so refreshed states are revisions the
+    # proposer makes under training's budget, not more often truncated ones.
+    max_new_tokens: int | None = None
+    temperature: float | None = None  # offline: refresh sampling temperature (None: grpo.temperature).
+    top_p: float | None = None  # offline: refresh nucleus sampling (None: grpo.top_p).
+    top_k: int | None = None  # offline: refresh top-k (None: grpo.top_k).
     keep_seeds: bool = True  # offline: seed-harness states stay in the pool.
     max_depth: int = 4  # online: revisions before a chain restarts from a seed.
 
@@ -46,6 +58,13 @@ class StatesSpec:
             raise ValueError(f"states.mode must be seed, offline or online, got {self.mode!r}")
         if min(self.refresh_every, self.rounds, self.proposals, self.scoring_questions, self.max_depth) < 1:
             raise ValueError("states: refresh_every, rounds, proposals, scoring_questions and max_depth must be >= 1")
+
+
+def state_key(state: RevisionState) -> int:
+    """A 48-bit id of a revision state (task, harness, feedback round): exact in a float64, so it
+    travels in the per-row statistics that processes gather (for the count of distinct states)."""
+    digest = hashlib.sha256(f"{state.task.name}\0{state.round_index}\0{state.harness}".encode()).digest()
+    return int.from_bytes(digest[:6], "big")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,9 +81,12 @@ class StatePool:
     """States for GRPO steps. `directory` holds refresh runs and online chains (under run_dir)."""
 
     def __init__(self, spec: StatesSpec, tasks: Sequence[Task], seed_harness: str, pool: SandboxPool,
-                 state_rounds: int, directory: str, seed: int = 0):
+                 state_rounds: int, directory: str, seed: int = 0, prompt: PromptConfig = PromptConfig(),
+                 enable_thinking: bool = False):
+        """`prompt`, `enable_thinking`: how the proposer is prompted at a refresh (the run's own)."""
         self.spec, self.tasks, self.seed_harness, self.pool = spec, list(tasks), seed_harness, pool
         self.state_rounds, self.directory, self.seed = state_rounds, directory, seed
+        self.prompt, self.enable_thinking = prompt, enable_thinking
         self.entries: list[Entry] = [Entry(i, seed_harness, "seed") for i in range(len(self.tasks))]
         self.phase = -1
         self.chains: dict[int, Entry] = {}
@@ -80,10 +102,9 @@ class StatePool:
 
     def state(self, step: int, slot: int, prompts_per_step: int) -> RevisionState:
         """The state of slot `slot` at GRPO step `step`."""
-        if self.spec.mode == "online":
-            entry = self.chains[slot]
-            return self.build(entry, entry.depth % self.state_rounds)
         index = step * prompts_per_step + slot
+        if self.spec.mode == "online":
+            return self.build(self.chains[slot], index % self.state_rounds)
         n = len(self.entries)
         return self.build(self.entries[index % n], (index // n) % self.state_rounds)
 
@@ -101,16 +122,20 @@ class StatePool:
 
     def refresh(self, phase: int, proposer: Generator, progress=None) -> list[Entry]:
         """Rebuild the pool for `phase` with the proposer as it is now; reuses stored runs."""
+        sampling = {k: getattr(self.spec, k) for k in ("max_new_tokens", "temperature", "top_p", "top_k")}
+        unset = [k for k, v in sampling.items() if v is None]
+        if unset:
+            raise ValueError(f"states.{unset} unset: a run resolves them to grpo's sampling (RunConfig)")
         cfg = AdaptConfig(rounds=self.spec.rounds, proposals=self.spec.proposals, policy="best_of_g",
-                          scoring_questions=self.spec.scoring_questions, max_new_tokens=self.spec.max_new_tokens,
-                          temperature=self.spec.temperature)
+                          scoring_questions=self.spec.scoring_questions, enable_thinking=self.enable_thinking,
+                          **sampling)
         entries = [Entry(i, self.seed_harness, "seed") for i in range(len(self.tasks))] if self.spec.keep_seeds else []
         seen = {(e.task, e.harness) for e in entries}
         for i, task in enumerate(self.tasks):
             name = task.name.replace("/", "_")
             store = rec.RunStore(os.path.join(self.directory, f"phase{phase}", name))
             rounds = run_adaptation(task, self.seed_harness, proposer, self.pool, cfg, store,
-                                    seed=self.seed, run_index=phase)
+                                    seed=self.seed, run_index=phase, prompt=self.prompt)
             for r in rounds:
                 if r.selected != rec.SEED_ID and (i, code := store.harness(r.selected)) not in seen:
                     seen.add((i, code))

@@ -39,6 +39,22 @@ def completion_logprobs(per_position: np.ndarray, prompt_len: int, completion_le
     return per_position[prompt_len - 1 : prompt_len - 1 + completion_len]
 
 
+def place_completion_logprobs(completion_lps: Sequence[Sequence[float]], prompt_lens: Sequence[int],
+                              completion_lens: Sequence[int], fallback: np.ndarray) -> np.ndarray:
+    """Per-completion log-probs (the sampler's, one per completion token) -> [B, L] per-position
+    log-probs laid out as `pack` lays out the loss mask (completion token k at position
+    prompt_len - 1 + k), the inverse of `completion_logprobs`. Elsewhere, and for a row with none,
+    `fallback` ([B, L], e.g. the trainer's own log-probs, so a weight exp(fallback - placed) is 1)."""
+    out = np.array(fallback, np.float32, copy=True)
+    for b, (lps, p, n) in enumerate(zip(completion_lps, prompt_lens, completion_lens)):
+        if not len(lps):
+            continue
+        if len(lps) != n:
+            raise ValueError(f"row {b}: the sampler returned {len(lps)} log-probs for {n} completion tokens")
+        out[b, p - 1 : p - 1 + n] = lps
+    return out
+
+
 def split_micro(x: np.ndarray, n_micro: int) -> np.ndarray:
     """[B, ...] -> [n_micro, B / n_micro, ...]."""
     if x.shape[0] % n_micro:

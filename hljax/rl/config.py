@@ -14,6 +14,7 @@ from hljax.config import DERIVED
 KLEstimator = Literal["k1", "k2", "k3"]
 Aggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "dr_grpo"]
 StdScaling = Literal["group", "batch", "none"]
+ZeroVarianceGroups = Literal["keep", "drop"]
 AGGREGATIONS = typing.get_args(Aggregation)
 
 
@@ -37,8 +38,22 @@ class LossConfig:
     max_tokens: int | None = None  # The generation budget; required by dr_grpo.
     # Advantage scaling [scale_rewards]: group std (GRPO) | batch std | none (Dr. GRPO).
     std_scaling: StdScaling = "group"
-    std_ddof: int = 0  # 0 population std (TRL, verl); 1 sample std.
+    # 1: the sample std, torch.std's default, as TRL 1.16, verl and Tunix compute it; 0: the population
+    # std (numpy's default), sqrt(G / (G - 1)) larger advantages (1.069x at G = 8).
+    std_ddof: int = 1
     adv_eps: float = 1e-4  # Added to the std before dividing.
+    # Groups whose G rewards are all equal have advantage 0 and no policy gradient. keep: they stay in
+    # the batch (TRL, the original GRPO), so they count in token_mean's denominator and the KL term;
+    # drop: their loss mask is 0, like a group hit by an infrastructure error (DAPO's dynamic sampling
+    # without the resampling: the step trains on fewer groups). Counted either way (groups/zero_variance).
+    zero_variance_groups: ZeroVarianceGroups = "keep"
+    # Truncated importance sampling against the sampler [vllm_importance_sampling_cap]: each token's policy
+    # loss is weighted by min(pi_old / pi_sampler, tis_cap), pi_old the trainer's log-prob before the
+    # update and pi_sampler the rollout server's (verl's tis_imp_ratio_cap, slime's TIS; 2 is the usual
+    # cap). It corrects for a sampler whose numerics differ from the trainer's (a bf16 SGLang server and
+    # an fp32 trainer). Needs the sampler's log-probs of the same distribution (same temperature, no
+    # top-p/top-k truncation). None or 0: off.
+    tis_cap: float | None = None
     # Log-probs are those of the sampling distribution, log_softmax(logits / temperature): GRPO's
     # grpo.temperature, 1 for SFT.
     temperature: float = dataclasses.field(default=1.0, metadata={DERIVED: True})
@@ -47,6 +62,14 @@ class LossConfig:
     def __post_init__(self):
         if self.eps_high is None:
             object.__setattr__(self, "eps_high", self.eps_low)
+        if not self.tis_cap:
+            object.__setattr__(self, "tis_cap", None)  # 0 (a command line's "off") is None.
+        elif self.tis_cap < 0:
+            raise ValueError(f"tis_cap must be > 0 (or 0 / None for off), got {self.tis_cap}")
+        if self.zero_variance_groups not in typing.get_args(ZeroVarianceGroups):
+            raise ValueError(f"zero_variance_groups {self.zero_variance_groups!r} is not one of keep, drop")
+        if self.std_ddof not in (0, 1):
+            raise ValueError(f"std_ddof must be 0 or 1, got {self.std_ddof}")
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation {self.aggregation!r} is not one of {AGGREGATIONS}")
         if self.aggregation == "dr_grpo" and not self.max_tokens:

@@ -14,16 +14,20 @@ from hljax.rl.config import Aggregation, KLEstimator, StdScaling
 
 
 def group_advantages(
-    rewards: jax.Array, group_size: int, scale: StdScaling = "group", ddof: int = 0, eps: float = 1e-4
+    rewards: jax.Array, group_size: int, scale: StdScaling = "group", ddof: int = 1, eps: float = 1e-4
 ) -> jax.Array:
     """rewards: [B] -> advantages [B] = (r - group mean) / (std + eps).
 
     scale: "group" divides by each group's std (GRPO), "batch" by the whole batch's std (as in
-    Dr. GRPO's critique of per-group scaling), "none" only centres. ddof: 0 is the population std
-    (TRL, verl), 1 the sample std (torch.std's default).
+    Dr. GRPO's critique of per-group scaling), "none" only centres. ddof: 1 is the sample std, torch.std's
+    default, which TRL 1.16, verl and Tunix use; 0 the population std (a factor sqrt(G / (G - 1)) larger
+    advantages, 1.069 at G = 8).
     """
     if rewards.ndim != 1 or rewards.shape[0] % group_size:
         raise ValueError(f"rewards must be [B] with B a multiple of group_size={group_size}, got {rewards.shape}")
+    if scale != "none" and ddof >= (group_size if scale == "group" else rewards.shape[0]):
+        raise ValueError(f"std with ddof={ddof} needs more than {ddof} rewards per {scale}, "
+                         f"got group_size={group_size}")
     groups = rewards.reshape(-1, group_size)
     centred = groups - groups.mean(axis=1, keepdims=True)
     if scale == "group":
@@ -33,6 +37,23 @@ def group_advantages(
     elif scale != "none":
         raise ValueError(f"unknown std scaling {scale!r}")
     return centred.reshape(-1)
+
+
+def zero_variance_groups(rewards: jax.Array, group_size: int, tol: float = 1e-9) -> jax.Array:
+    """rewards: [B] -> [B / group_size] bool: groups whose rewards are all equal (to `tol`). Their
+    advantages are 0, so they carry no policy gradient; DAPO's dynamic sampling removes them."""
+    groups = rewards.reshape(-1, group_size)
+    return (groups.max(axis=1) - groups.min(axis=1)) <= tol
+
+
+def truncated_is_weight(old_logp: jax.Array, sampler_logp: jax.Array, cap: float) -> jax.Array:
+    """old_logp, sampler_logp: [B, T] -> [B, T] min(exp(old_logp - sampler_logp), cap).
+
+    Truncated importance sampling (TIS, Yao et al. 2025; verl's tis_imp_ratio_cap, slime's TIS) for the
+    mismatch between the sampler that drew the tokens (e.g. a bf16 SGLang server) and the trainer's
+    policy before the update: the weight multiplies each token's policy loss. No gradient flows
+    through it (both inputs are data)."""
+    return jnp.minimum(jnp.exp(old_logp - sampler_logp), cap)
 
 
 def clipped_surrogate(
@@ -73,10 +94,14 @@ def aggregate(
     seq_mean_token_mean: mean over sequences of each sequence's token mean (original GRPO).
     seq_mean_token_sum: mean over sequences of each sequence's token sum.
     dr_grpo: token sum divided by B * max_tokens, a constant budget (Dr. GRPO), so no length bias.
+
+    A row whose mask is all 0 (a group dropped for an infrastructure error or zero variance) is no
+    sequence of the batch: the sequence counts of seq_mean_* leave it out. dr_grpo keeps B, its
+    constant. Every completion has a token, so with nothing dropped this is TRL's arithmetic.
     """
     mask = mask.astype(per_token.dtype)
     masked = per_token * mask
-    n_seq = jnp.asarray(per_token.shape[0], per_token.dtype)
+    n_seq = (mask.sum(axis=1) > 0).sum().astype(per_token.dtype)
     if mode == "token_mean":
         return masked.sum(), mask.sum()
     if mode == "seq_mean_token_mean":
@@ -86,7 +111,7 @@ def aggregate(
     if mode == "dr_grpo":
         if max_tokens is None:
             raise ValueError("dr_grpo aggregation needs max_tokens (the generation budget)")
-        return masked.sum(), n_seq * max_tokens
+        return masked.sum(), jnp.asarray(per_token.shape[0] * max_tokens, per_token.dtype)
     raise ValueError(f"unknown aggregation {mode!r}")
 
 
@@ -103,13 +128,19 @@ def grpo_loss(
     kl_estimator: KLEstimator,
     aggregation: Aggregation,
     max_tokens: int | None = None,
+    is_weight: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
     """[B, T] log-probs of the sampled tokens, [B] advantages -> (loss_sum, denom, metric sums).
 
-    Metric sums are token sums (divide by the mask sum) so they accumulate across micro-batches."""
+    is_weight: [B, T] per-token weights of the policy loss (truncated_is_weight), None for none; the
+    KL term is not weighted (as in verl). Metric sums are token sums (divide by the mask sum) so they
+    accumulate across micro-batches."""
     per_token, clipped = clipped_surrogate(logp, old_logp, advantages, eps_low, eps_high)
     m = mask.astype(logp.dtype)
     metrics = {"clip_frac": (clipped * m).sum(), "tokens": m.sum()}
+    if is_weight is not None:
+        per_token = per_token * is_weight
+        metrics["tis/weight"] = (is_weight * m).sum()
     if beta > 0:
         if ref_logp is None:
             raise ValueError("beta > 0 needs reference log-probs")

@@ -34,9 +34,9 @@ from hljax.harness.prompts import PromptConfig
 from hljax.loop import rewards as rw
 from hljax.loop.revision import candidate, score_candidates
 from hljax.loop.selection import BestOfG, Scored
-from hljax.loop.states import StatePool, StatesSpec
+from hljax.loop.states import StatePool, StatesSpec, state_key
 from hljax.rl.config import LossConfig
-from hljax.rl.grpo import group_advantages
+from hljax.rl.grpo import group_advantages, zero_variance_groups
 from hljax.seeding import derive_seed
 from hljax.tasks.suite import SEED_HARNESS, build_tasks
 from sandbox.config import SandboxConfig, SolverConfig
@@ -50,8 +50,9 @@ log = logging.getLogger(__name__)
 
 # Outcome kinds travel as their index here, so per-row statistics cross processes as one float array.
 KINDS = rw.OUTCOME_KINDS
-# Columns of RolloutBatch.stats; reward is NaN for an infrastructure error (no reward at all).
-STATS = ("reward", "kind", "score", "completion_len", "truncated") + tuple(f"flag/{f}" for f in rw.FLAGS)
+# Columns of RolloutBatch.stats; reward is NaN for an infrastructure error (no reward at all); state is
+# the revision state's `state_key` (48 bits, exact in float64), for the count of distinct states.
+STATS = ("reward", "kind", "score", "completion_len", "truncated", "state") + tuple(f"flag/{f}" for f in rw.FLAGS)
 COL = {name: i for i, name in enumerate(STATS)}  # Column index by name: stats[:, COL["reward"]].
 
 
@@ -70,14 +71,22 @@ class RolloutBatch:
 
 def score_groups(stats: np.ndarray, group_size: int, loss_cfg: LossConfig) -> tuple[np.ndarray, np.ndarray, dict]:
     """Statistics of ALL rows of a step ([B, len(STATS)], groups contiguous) -> (advantages [B],
-    keep [B] bool: False for every row of a group touched by an infrastructure error, metrics)."""
+    keep [B] bool, metrics). keep is False for every row of a group touched by an infrastructure error
+    and, with loss.zero_variance_groups="drop", of a group whose rewards are all equal; such rows get
+    loss mask 0. groups/zero_variance counts the latter (infrastructure-error groups aside) whether or
+    not they are dropped; groups/dropped counts the groups with loss mask 0."""
     rewards = stats[:, COL["reward"]]
-    infra = np.isnan(rewards)
-    keep = ~infra.reshape(-1, group_size).any(axis=1).repeat(group_size)
-    filled = np.where(infra, 0.0, rewards).astype(np.float32)
+    infra_rows = np.isnan(rewards)
+    infra = infra_rows.reshape(-1, group_size).any(axis=1)  # [B / G]
+    filled = np.where(infra_rows, 0.0, rewards).astype(np.float32)
+    flat = np.asarray(zero_variance_groups(jnp.asarray(filled), group_size)) & ~infra
+    dropped = infra | flat if loss_cfg.zero_variance_groups == "drop" else infra
+    keep = (~dropped).repeat(group_size)
     adv = np.asarray(group_advantages(jnp.asarray(filled), group_size, loss_cfg.std_scaling, loss_cfg.std_ddof,
                                       loss_cfg.adv_eps))
-    return adv, keep, _metrics(stats, filled[keep])
+    metrics = _metrics(stats, filled[~infra.repeat(group_size)])
+    metrics.update({"groups/zero_variance": int(flat.sum()), "groups/dropped": int(dropped.sum())})
+    return adv, keep, metrics
 
 
 class Rollouts:
@@ -86,14 +95,15 @@ class Rollouts:
     def __init__(self, proposer: GeneratorSpec, solver: GeneratorSpec, budget: SolverConfig, *, grpo: GRPOSpec,
                  states: StatesSpec, tasks: TaskSpec, sandbox: SandboxConfig, reward: rw.RewardConfig,
                  prompt: PromptConfig, seed: int, first_step: int, sync_dir: str, sync_dtype: str, states_dir: str,
-                 tokenizer, mesh):
+                 tokenizer, mesh, enable_thinking: bool = False):
         """`proposer`: an embedded_server or sglang endpoint (one URL, a comma-separated list of servers,
         or an sglang-router); `budget`: the solver's in the sandbox; `first_step`: the global step GRPO
         starts at; `sync_dir`: where new weights are exported for the proposer server(s), in
         `sync_dtype`; `tokenizer`: the trainer's (prompts are encoded with it); `mesh`: the devices this
         process's embedded engines run on (its own devices when there are several processes: each
-        serves itself)."""
+        serves itself); `enable_thinking`: the proposer's chat template (model.enable_thinking)."""
         self.grpo, self.states_spec, self.reward, self.prompt = grpo, states, reward, prompt
+        self.enable_thinking = enable_thinking
         self.seed, self.first_step, self.sync_dtype = seed, first_step, sync_dtype
         self.tokenizer = tokenizer
         self._proposer = Endpoint(proposer, mesh, tokenizer)
@@ -111,7 +121,7 @@ class Rollouts:
         self.tasks = build_tasks(tasks, seed)
         self.seed_harness = seeds.load(SEED_HARNESS[tasks.suite])
         self.states = StatePool(states, self.tasks, self.seed_harness, self.pool, grpo.state_rounds, states_dir,
-                                seed=seed)
+                                seed=seed, prompt=prompt, enable_thinking=enable_thinking)
 
     def close(self) -> None:
         self.pool.close()
@@ -164,7 +174,8 @@ class Rollouts:
         def propose(k):
             sp = SamplingParams(max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
                                 top_k=g.top_k, seed=derive_seed(self.seed, step, slots[k]))
-            return self.proposer.chat([conversations[k]], sp, n=g.group_size, return_logprobs=True)[0]
+            return self.proposer.chat([conversations[k]], sp, n=g.group_size, return_logprobs=True,
+                                      enable_thinking=self.enable_thinking)[0]
 
         with ThreadPoolExecutor(max(1, len(states))) as ex:
             groups = list(ex.map(propose, range(len(states))))
@@ -186,9 +197,10 @@ class Rollouts:
             self.states.save_chains(step, slots)
         t2 = time.perf_counter()
 
-        stats = np.array([_stats_row(o, c) for os_, group in zip(outcomes, groups) for o, c in zip(os_, group)],
-                         np.float64)
-        prompts = [self.tokenizer.encode(render_chat(self.tokenizer, c, enable_thinking=False)) for c in conversations]
+        stats = np.array([_stats_row(o, c, state_key(s)) for s, os_, group in zip(states, outcomes, groups)
+                          for o, c in zip(os_, group)], np.float64)
+        # The prompt tokens the proposer saw: rendered as the chat call above rendered them.
+        prompts = [self.tokenizer.encode(render_chat(self.tokenizer, c, self.enable_thinking)) for c in conversations]
         sequences = [(prompts[i], list(c.token_ids)) for i, group in enumerate(groups) for c in group]
         sampler = [list(c.logprobs or ()) for group in groups for c in group]
         return RolloutBatch(sequences, sampler, stats.reshape(-1, len(STATS)), t1 - t0, (t2 - t1) + (t0 - t_states),
@@ -214,17 +226,18 @@ def sample_rows(step: int, rows: np.ndarray, batch: RolloutBatch, advantages: np
         st = batch.stats[i]
         reward = st[COL["reward"]]
         out.append({"step": step, "row": int(r), "task": batch.tasks[i], "kind": KINDS[int(st[COL["kind"]])],
+                    "state": f"{int(st[COL['state']]):012x}",
                     "score": float(st[COL["score"]]), "reward": None if np.isnan(reward) else float(reward),
                     "advantage": float(advantages[r]) if keep[r] else None, "completion": batch.texts[i]})
     return out
 
 
-def _stats_row(o: rw.Outcome, c: Completion) -> list[float]:
-    """One proposal's row of RolloutBatch.stats, in STATS order."""
+def _stats_row(o: rw.Outcome, c: Completion, state: int) -> list[float]:
+    """One proposal's row of RolloutBatch.stats, in STATS order; `state`: its state's state_key."""
     if o.kind not in KINDS:
         raise ValueError(f"outcome kind {o.kind!r} is not one of rewards.OutcomeKind {KINDS}; add it there")
     row = {"reward": np.nan if o.reward is None else o.reward, "kind": KINDS.index(o.kind), "score": o.score,
-           "completion_len": len(c.token_ids), "truncated": c.finish_reason == "length",
+           "completion_len": len(c.token_ids), "truncated": c.finish_reason == "length", "state": state,
            **{f"flag/{f}": f in o.flags for f in rw.FLAGS}}
     return [float(row[name]) for name in STATS]
 

@@ -49,7 +49,11 @@ class GRPOSpec:
     prompts_per_step: int = 2  # Revision states per step.
     group_size: int = 4  # G completions per state; advantages are relative within a group.
     micro_batches: int = 1  # Gradient accumulation over the step's rows.
-    mu: int = 1  # Optimiser updates per batch of rollouts (old log-probs fixed across them).
+    # Optimiser updates per batch of rollouts (TRL's num_iterations, the GRPO paper's mu), each on the
+    # whole batch, old log-probs fixed across them. 1 (TRL's default, DeepSeekMath's runs): on-policy,
+    # the ratio is 1 and the eps_low / eps_high clip never acts; from 2 on, later updates are
+    # off-policy and the clip bounds them (clip_frac, policy_drift are means over the mu updates).
+    mu: int = 1
     max_len: int = 2048  # Prompt + completion tokens a rollout may hold (bucketed); longer is an error.
     max_new_tokens: int = 256  # Proposal length cap.
     temperature: float = 1.0  # Proposer sampling temperature (also the temperature of the trained log-probs).
@@ -57,7 +61,11 @@ class GRPOSpec:
     top_k: int = -1  # Proposer top-k (-1: off).
     scoring_questions: int = 4  # Per candidate; every candidate of a group gets the same ones.
     scoring_windows: int = 8  # Scoring questions rotate through this many disjoint windows.
-    state_rounds: int = 4  # Feedback rounds (fresh report questions) per family in the state pool.
+    # Feedback rounds (fresh report questions) per pool member: states = members x state_rounds distinct
+    # prompts. Each costs one sandbox run of the harness on tasks.feedback questions (cached). Slots
+    # walk through members, then rounds, so a state recurs every members x state_rounds slots; the
+    # feedback split must hold state_rounds x tasks.feedback questions per task (tasks.pool_size).
+    state_rounds: int = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +134,13 @@ class RunConfig:
     export: ExportSpec = ExportSpec()
 
     def __post_init__(self):
+        # The refresh samples as the training proposals do unless a config says otherwise (StatesSpec).
+        g = self.grpo
+        follow = {k: getattr(g, k) for k in ("max_new_tokens", "temperature", "top_p", "top_k")
+                  if getattr(self.states, k) is None}
+        object.__setattr__(self, "states", dataclasses.replace(self.states, **follow))
+        if self.grpo.mu < 1:
+            raise ConfigError(f"grpo.mu must be >= 1, got {self.grpo.mu}")
         need = []
         if not self.model.path and not self.model.preset:
             need.append("model.path (an HF Qwen3 folder)")

@@ -54,9 +54,10 @@ def load_rows(path: str) -> list[SFTRow]:
     return rows
 
 
-def encode(tokenizer, row: SFTRow) -> tuple[list[int], list[int]]:
-    """-> (prompt ids: the chat-rendered messages, completion ids ending with the end-of-turn token)."""
-    prompt = tokenizer.encode(render_chat(tokenizer, row.messages, enable_thinking=False))
+def encode(tokenizer, row: SFTRow, enable_thinking: bool) -> tuple[list[int], list[int]]:
+    """-> (prompt ids: the chat-rendered messages, completion ids ending with the end-of-turn token).
+    `enable_thinking`: the proposer's chat template, as GRPO renders its prompts (model.enable_thinking)."""
+    prompt = tokenizer.encode(render_chat(tokenizer, row.messages, enable_thinking=enable_thinking))
     completion = tokenizer.encode(row.completion, add_special_tokens=False) + [tokenizer.eos_token_id]
     return prompt, completion
 

@@ -34,6 +34,9 @@ class TrainBatch:
     advantages: jax.Array  # [M, b] fp32 (unused by SFT)
     old_logp: jax.Array  # [M, b, L] fp32: policy log-probs before this batch's first update
     ref_logp: jax.Array  # [M, b, L] fp32: reference log-probs (zeros when beta == 0)
+    # [M, b, L] fp32: the sampler's log-probs of the completion tokens, aligned as old_logp (old_logp
+    # where it gave none); read only with loss.tis_cap.
+    sampler_logp: jax.Array
 
 
 def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
@@ -87,14 +90,24 @@ def _loss(params, graphdef, micro: TrainBatch, cfg: LossConfig):
         loss_sum, denom = sft.masked_cross_entropy(logp, mask)
         metrics = {"tokens": mask.sum()}
     else:
+        weight = grpo.truncated_is_weight(micro.old_logp, micro.sampler_logp, cfg.tis_cap) if cfg.tis_cap else None
         loss_sum, denom, metrics = grpo.grpo_loss(
             logp, micro.old_logp, micro.ref_logp if cfg.beta > 0 else None, micro.advantages, mask,
             eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta, kl_estimator=cfg.kl_estimator,
-            aggregation=cfg.aggregation, max_tokens=cfg.max_tokens,
+            aggregation=cfg.aggregation, max_tokens=cfg.max_tokens, is_weight=weight,
         )
+        if weight is not None:  # Tokens whose weight the cap cut: how far the sampler strays.
+            metrics["tis/capped_frac"] = ((micro.old_logp - micro.sampler_logp > jnp.log(cfg.tis_cap)) * mask).sum()
     metrics["entropy"] = (entropy * mask).sum()
     metrics["policy_drift"] = (jnp.abs(logp - micro.old_logp) * mask).sum()  # 0 at the first of mu updates
     return loss_sum, (denom, metrics)
+
+
+def mean_metrics(updates: list[dict[str, float]]) -> dict[str, float]:
+    """The metrics of the `grpo.mu` updates of one batch -> one row: each key's mean over the updates
+    (TRL logs the mean over the optimiser steps of a logging step). At mu > 1 the first update has
+    ratio 1 and clip fraction 0, so the mean clip fraction is what the later updates clip, diluted."""
+    return {k: sum(u[k] for u in updates) / len(updates) for k in updates[0]}
 
 
 @functools.partial(nnx.jit, static_argnames=("cfg",), donate_argnames=("model", "optimizer"))

@@ -40,15 +40,17 @@ from hljax.loop import rewards as rw
 from hljax.loop.revision import candidate
 from hljax.mesh import MeshConfig
 from hljax.rl import sft_data
-from hljax.rl.batching import bucket_length, completion_logprobs, pack, split_micro
+from hljax.rl.batching import bucket_length, completion_logprobs, pack, place_completion_logprobs, split_micro
 from hljax.rl.config import LossConfig
-from hljax.rl.rollout import Rollouts, sample_rows, score_groups
+from hljax.rl.rollout import COL, Rollouts, sample_rows, score_groups
 from hljax.rl.run_config import RunConfig
 from hljax.seeding import derive_seed
 from hljax.tasks.simulated_solver import LABEL as SIMULATED_LABEL
-from hljax.rl.train_step import TrainBatch, global_batch, local_logprobs, make_optimizer, process_rows, train_step
+from hljax.rl.train_step import (TrainBatch, global_batch, local_logprobs, make_optimizer, mean_metrics, process_rows,
+                                 train_step)
 
 log = logging.getLogger(__name__)
+STATE_COL = COL["state"]
 
 
 class Preempted(Exception):
@@ -83,6 +85,7 @@ class Trainer:
         self.rollouts: Rollouts | None = None  # Started at the first GRPO step.
         self.ref_model = None
         self._sft_data: tuple[list, list] | None = None  # (encoded training rows, held-out rows), loaded once.
+        self._states_seen: set[int] = set()  # state_key of every revision state GRPO has trained on.
 
     # ----- set-up -----
 
@@ -126,6 +129,7 @@ class Trainer:
             meta = self.checkpointer.restore(self.model, self.optimizer)
             if meta.get("stage") != self.stage:  # The optimiser was reset at the stage boundary.
                 raise RuntimeError(f"checkpoint stage {meta.get('stage')} does not match step {latest}")
+            self._states_seen = set(meta.get("states_seen", ()))
             start = latest + 1
             log.info("resuming %s at step %d", cfg.run_dir, start)
         self.metrics = mx.MetricsWriter(cfg.run_dir, resume_from_step=start - 1 if latest is not None else -1,
@@ -193,7 +197,8 @@ class Trainer:
 
     def _save(self, step: int) -> None:
         self.checkpointer.save(step, self.model, self.optimizer, {"step": step, "stage": self.stage,
-                                                                   "seed": self.cfg.seed})
+                                                                   "seed": self.cfg.seed,
+                                                                   "states_seen": sorted(self._states_seen)})
 
     def _finish(self) -> dict:
         cfg = self.cfg
@@ -229,7 +234,8 @@ class Trainer:
         if self._sft_data is None:
             rows = sft_data.load_rows(self.cfg.sft.data)
             n_eval = min(self.cfg.sft.eval_rows, len(rows) // 4)
-            self._sft_data = ([sft_data.encode(self.tokenizer, r) for r in rows[n_eval:]], rows[:n_eval])
+            think = self.cfg.model.enable_thinking
+            self._sft_data = ([sft_data.encode(self.tokenizer, r, think) for r in rows[n_eval:]], rows[:n_eval])
         return self._sft_data
 
     def _sft_step(self, step: int) -> dict:
@@ -238,7 +244,7 @@ class Trainer:
         rows = process_rows(self.mesh, cfg.sft.batch_size, cfg.sft.micro_batches)
         seqs = sft_data.batches(train, cfg.sft.batch_size, cfg.sft.max_len, cfg.seed, step, self.pad_id, rows=rows)
         zeros = np.zeros(seqs.tokens.shape, np.float32)
-        batch = self._micro(seqs, np.zeros(len(seqs.tokens), np.float32), zeros, zeros, cfg.sft.micro_batches)
+        batch = self._micro(seqs, np.zeros(len(seqs.tokens), np.float32), zeros, zeros, zeros, cfg.sft.micro_batches)
         loss_cfg = dataclasses.replace(cfg.loss, mode="sft", temperature=1.0)
         t = time.perf_counter()
         m = self._train(batch, loss_cfg, cfg.sft.batch_size)
@@ -261,7 +267,7 @@ class Trainer:
         if len(mine):
             engine = Engine(copy, self.local_mesh, EngineConfig(max_batch=len(mine), max_seq_len=cfg.sft.max_len + 256),
                             self.tokenizer)
-            requests = [Request(tuple(sft_data.encode(self.tokenizer, rows[i])[0]),
+            requests = [Request(tuple(sft_data.encode(self.tokenizer, rows[i], cfg.model.enable_thinking)[0]),
                                 SamplingParams(max_new_tokens=cfg.sft.eval_max_new_tokens,
                                                temperature=cfg.sft.eval_temperature, seed=derive_seed(cfg.seed, int(i))))
                         for i in mine]
@@ -283,7 +289,8 @@ class Trainer:
                 states=cfg.states, tasks=cfg.tasks, sandbox=cfg.sandbox, reward=cfg.reward, prompt=cfg.prompt,
                 seed=cfg.seed, first_step=cfg.sft_steps, sync_dtype=cfg.model.param_dtype,
                 sync_dir=cfg.rollout.sync_dir or os.path.join(cfg.run_dir, "sync"),
-                states_dir=os.path.join(cfg.run_dir, "states"), tokenizer=self.tokenizer, mesh=self.local_mesh)
+                states_dir=os.path.join(cfg.run_dir, "states"), tokenizer=self.tokenizer, mesh=self.local_mesh,
+                enable_thinking=cfg.model.enable_thinking)
             self.rollouts.sync(self._host_model(), version=str(step))  # Resumed or post-SFT weights.
             if cfg.loss.beta > 0:
                 self.ref_model = hf.load_hf(self._reference_path(), self.mesh, dtype=getattr(jnp, cfg.model.dtype))
@@ -296,6 +303,8 @@ class Trainer:
         # Advantages and metrics from the statistics of every row of the step, in step order.
         stats = dist.gather_rows(rows, batch.stats, B)
         advantages, keep, metrics = score_groups(stats, g.group_size, cfg.loss)
+        self._states_seen.update(int(k) for k in stats[:, STATE_COL])
+        metrics["states/distinct"] = len(self._states_seen)  # Over the run so far (kept in checkpoints).
         adv = np.where(keep[rows], advantages[rows], 0.0).astype(np.float32)
         mx.append_jsonl(self.rollout_log, sample_rows(step, rows, batch, advantages, keep))
 
@@ -309,12 +318,15 @@ class Trainer:
         old = self._logprobs(self.model, seqs, g.temperature, B)
         ref = self._logprobs(self.ref_model, seqs, g.temperature, B) if cfg.loss.beta > 0 else np.zeros_like(old)
         gap_sum, gap_n = dist.allgather(_sampler_gap(old, batch.sampler_logprobs, seqs_prompts)).sum(axis=0)
+        # The sampler's log-probs where the truncated importance weight reads them; else unused.
+        sampler = old if not cfg.loss.tis_cap else place_completion_logprobs(
+            batch.sampler_logprobs, [len(p) for p in seqs_prompts], [len(c) for c in seqs_completions], old)
         seqs = dataclasses.replace(seqs, loss_mask=seqs.loss_mask * keep[rows][:, None].astype(np.float32))
-        train_batch = self._micro(seqs, adv, old, ref, g.micro_batches)
+        train_batch = self._micro(seqs, adv, old, ref, sampler, g.micro_batches)
         loss_cfg = dataclasses.replace(cfg.loss, mode="grpo", temperature=g.temperature)
         t2 = time.perf_counter()
-        for _ in range(g.mu):
-            m = self._train(train_batch, loss_cfg, B)
+        # grpo.mu updates on this one batch; `old` (the policy before the first) stays their reference.
+        m = mean_metrics([self._train(train_batch, loss_cfg, B) for _ in range(g.mu)])
         t3 = time.perf_counter()
         self.rollouts.sync(self._host_model(), version=str(step + 1))
         t4 = time.perf_counter()
@@ -355,9 +367,10 @@ class Trainer:
 
     # ----- shared -----
 
-    def _micro(self, seqs, adv, old, ref, n_micro) -> TrainBatch:
+    def _micro(self, seqs, adv, old, ref, sampler, n_micro) -> TrainBatch:
         m = lambda x: split_micro(np.asarray(x), n_micro)  # noqa: E731
-        return TrainBatch(seqs=jax.tree.map(m, seqs), advantages=m(adv), old_logp=m(old), ref_logp=m(ref))
+        return TrainBatch(seqs=jax.tree.map(m, seqs), advantages=m(adv), old_logp=m(old), ref_logp=m(ref),
+                          sampler_logp=m(sampler))
 
     def _train(self, batch: TrainBatch, loss_cfg: LossConfig, batch_size: int) -> dict:
         """One step on this process's rows `batch` ([M, b_local, ...]) of a `batch_size`-row batch."""
