@@ -52,7 +52,7 @@ def test_history_on_adds_one_section_before_the_answer_format():
     titles = [line for line in user.splitlines() if line.startswith("## ")]
     assert titles[-2:] == ["## Earlier candidates in this run (oldest first)", "## Your answer"]
     assert "### r0c0 (round 0, revised seed): valid, kept" in user
-    assert "score 1.000 vs parent 0.500 (+0.500); 1 questions newly right, 0 newly wrong" in user
+    assert "score 1.000 vs parent 0.500 (+0.500); better than its parent on 1 questions, worse on 0" in user
     empty = prompts.user_prompt("t", "x", _report(1), config=cfg)
     assert hh.EMPTY in empty
 
@@ -85,7 +85,7 @@ def test_entries_count_changes_and_failures():
     entries = _entries_from_codes(["a\nb\n", "a\nB\n", "x"], kinds={1: "SpanNotFound"})
     assert [e.id for e in entries] == ["r0c0", "r1c0"]
     first, second = entries
-    assert (first.newly_right, first.newly_wrong, first.parent_score) == (1, 0, 0.5)
+    assert (first.improved, first.regressed, first.parent_score) == (1, 0, 0.5)
     assert first.diff.splitlines()[:2] == ["--- seed", "+++ r0c0"]
     assert not second.has_code and second.diff == "" and second.detail == "span not found"
     assert hh.change_line(second) == "invalid edit (SpanNotFound): span not found"
@@ -116,8 +116,8 @@ def _entry(draw, i):
         id=f"r{i}c{draw(st.integers(0, 9))}", parent=draw(st.sampled_from(["seed", "r0c0", "r12c7"])), round=i,
         kind=draw(st.sampled_from(["ran", "crashed", "SpanNotFound", "flagged:constant_answer"])),
         has_code=has_code, score=draw(st.floats(0, 1)), scores=scores,
-        parent_score=draw(st.none() | st.floats(0, 1)), newly_right=draw(st.none() | st.integers(0, 50)),
-        newly_wrong=draw(st.none() | st.integers(0, 50)), detail=draw(_TEXT), diff=diff, selected=draw(st.booleans()))
+        parent_score=draw(st.none() | st.floats(0, 1)), improved=draw(st.none() | st.integers(0, 50)),
+        regressed=draw(st.none() | st.integers(0, 50)), detail=draw(_TEXT), diff=diff, selected=draw(st.booleans()))
 
 
 @st.composite

@@ -2,8 +2,8 @@
 
 The paper's proposer sees only the current harness h_{t-1} and its report. With history on, it also
 sees earlier candidates of the same run: each as a compact unified diff against its parent, its
-scoring-set score and validity, and one line of what changed (score delta, questions newly right or
-wrong, or why the edit failed). Meta-Harness shows that an untrained proposer gains a lot from
+scoring-set score and validity, and one line of what changed (score delta, questions scored better or
+worse, or why the edit failed). Meta-Harness shows that an untrained proposer gains a lot from
 reading earlier candidates; this section lets a trained one learn to use them.
 
 Pure functions: `HistoryEntry`s in, text out. The section is rendered within a character budget
@@ -60,8 +60,10 @@ class HistoryEntry:
     score: float  # Mean scoring-set score (0 when the edit was invalid).
     scores: tuple[float, ...]  # Per scoring question (empty when invalid); for the Pareto mode.
     parent_score: float | None  # The parent's score on the same questions (None: not measured).
-    newly_right: int | None  # Questions the parent got wrong (score 0) and this candidate right.
-    newly_wrong: int | None  # Questions the parent got right (score > 0) and this candidate wrong.
+    # Scoring questions on which it scored above / below its parent (partial credit counts), None
+    # when the parent's per-question scores on the same questions are not known.
+    improved: int | None
+    regressed: int | None
     detail: str  # Why the edit failed, first line ("" when valid).
     diff: str  # Unified diff from the parent's code ("" without code).
     selected: bool  # The run carried it into the next round.
@@ -85,12 +87,12 @@ def make_entry(*, id: str, parent: str, round: int, kind: str, has_code: bool, s
     """An entry from a candidate's record: diff and per-question changes are computed here.
     `parent_scores` must be on the same questions as `scores` (else pass () and they are not counted)."""
     same = bool(scores) and len(parent_scores) == len(scores)
-    right = sum(p <= 0 < s for p, s in zip(parent_scores, scores)) if same else None
-    wrong = sum(s <= 0 < p for p, s in zip(parent_scores, scores)) if same else None
+    improved = sum(s > p for p, s in zip(parent_scores, scores)) if same else None
+    regressed = sum(s < p for p, s in zip(parent_scores, scores)) if same else None
     diff = compact_diff(parent_code, code, parent, id, context) if code is not None and parent_code is not None else ""
     return HistoryEntry(id=id, parent=parent, round=round, kind=kind, has_code=has_code, score=float(score),
-                        scores=tuple(float(s) for s in scores), parent_score=parent_score, newly_right=right,
-                        newly_wrong=wrong, detail=(detail.strip().splitlines() or [""])[0][:200], diff=diff,
+                        scores=tuple(float(s) for s in scores), parent_score=parent_score, improved=improved,
+                        regressed=regressed, detail=(detail.strip().splitlines() or [""])[0][:200], diff=diff,
                         selected=selected)
 
 
@@ -125,8 +127,8 @@ def change_line(e: HistoryEntry) -> str:
     parts = [f"score {e.score:.3f}"]
     if e.parent_score is not None:
         parts[0] += f" vs parent {e.parent_score:.3f} ({e.score - e.parent_score:+.3f})"
-    if e.newly_right is not None:
-        parts.append(f"{e.newly_right} questions newly right, {e.newly_wrong} newly wrong")
+    if e.improved is not None:
+        parts.append(f"better than its parent on {e.improved} questions, worse on {e.regressed}")
     if e.kind != "ran":
         parts.append("crashed on some questions" if e.kind == "crashed" else f"outcome {e.kind}")
     return "; ".join(parts)

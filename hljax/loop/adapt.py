@@ -71,13 +71,13 @@ def judge(pool: SandboxPool, task: Task, parent_code: str, completions: Sequence
         o = rw.outcome(reward, c, scored.get(j), [q.answer for q in questions])
         code = cands[j].code if j in scored else None
         out.append((rec.CandidateRecord(
-            id=ids[j], parent=parent_id, completion=text, kind=o.kind, detail="" if code is not None else _detail(c),
+            id=ids[j], parent=parent_id, completion=text, kind=o.kind, detail="" if code is not None else describe_failure(c),
             score=o.score, scores=question_scores(scored[j]) if j in scored else (), has_code=code is not None),
             code))
     return out
 
 
-def _detail(c) -> str:
+def describe_failure(c) -> str:
     """Why an edit gave no harness, as the proposer would be told."""
     return c.describe() if hasattr(c, "describe") else c.reason
 
