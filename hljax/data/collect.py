@@ -11,6 +11,10 @@ and passed quality filters. Here, for each task family and each feedback round r
    same for every candidate of the task, disjoint from all feedback questions);
 4. it is kept only if every filter passes, including "improves": its scoring mean beats the seed's.
 
+With `history` on, the prompt of (task, round r) also shows the teacher's proposals for that task at
+rounds < r (`history_from_rows`, read from the rows on disk, so a resumed collection rebuilds it);
+a proposal not written because of an infrastructure error is missing from it.
+
 Output, next to each other:
 - `out`: kept rows, the schema of hljax/rl/sft_data.py (directly usable as `sft.data`), plus
   round, proposal, candidate (the new harness), scores, filters (name -> passed), details (name ->
@@ -48,7 +52,9 @@ from hljax.generate.endpoints import Endpoint, GeneratorSpec
 from hljax.generate.types import SamplingParams
 from hljax.harness import filters as fl
 from hljax.harness import seeds
+from hljax.harness.history import HistoryConfig, HistoryEntry, make_entry
 from hljax.loop import rewards
+from hljax.loop.records import candidate_id
 from hljax.loop.revision import build_state, candidate, score_candidates
 from hljax.seeding import derive_seed
 from hljax.tasks.base import Question, Task
@@ -106,6 +112,27 @@ def _append(path: str, row: dict) -> None:
         f.write(json.dumps(row) + "\n")
         f.flush()
         os.fsync(f.fileno())
+
+
+def history_from_rows(rows: Sequence[dict], task: str, round_index: int, seed_harness: str,
+                      config: HistoryConfig) -> tuple[HistoryEntry, ...]:
+    """The teacher's earlier proposals for `task` (rounds before `round_index`) as history entries, in
+    round then proposal order. Every one revised the seed; none was carried forward (each state
+    revises the seed), and per-question scores are not in the rows, so only means are compared.
+    A proposal that was not run (an invalid edit, or a static filter refused it) shows as invalid."""
+    mine = sorted((r for r in rows if r["task"] == task and r["round"] < round_index),
+                  key=lambda r: (r["round"], r["proposal"]))
+    out = []
+    for r in mine:
+        ran = r["scores"]["candidate"] is not None
+        kind = ("ran" if r["filters"].get("runs_clean", False) else "crashed") if ran else \
+            ("invalid" if r["candidate"] is None else f"filtered:{r['reason']}")
+        out.append(make_entry(
+            id=candidate_id(r["round"], r["proposal"]), parent="seed", round=r["round"], kind=kind, has_code=ran,
+            score=r["scores"]["candidate"] or 0.0, scores=(), parent_score=r["scores"]["parent"], parent_scores=(),
+            detail="" if ran else r["details"].get(r["reason"], ""), parent_code=seed_harness,
+            code=r["candidate"] if ran else None, selected=False, context=config.context_lines))
+    return tuple(out)
 
 
 def references(question: Question) -> list[str]:
@@ -268,7 +295,9 @@ class Collector:
         """Rows for the proposals of one state not in `skip`, in proposal order (None: infrastructure error)."""
         cfg, t = self.cfg, self.cfg.teacher
         parent_score, scoring_qs = self.parent(task)
-        state = build_state(self.pool, task, self.seed_harness, round_index)
+        history = history_from_rows(read_rows(cfg.out) + read_rows(cfg.rejected_path), task.name, round_index,
+                                    self.seed_harness, cfg.prompt.history) if cfg.history else ()
+        state = build_state(self.pool, task, self.seed_harness, round_index, history)
         messages = state.messages(cfg.prompt)
         sampling = SamplingParams(max_new_tokens=t.max_new_tokens, temperature=t.temperature, top_p=t.top_p,
                                   top_k=t.top_k, seed=derive_seed(cfg.seed, task.name, round_index))

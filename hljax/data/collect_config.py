@@ -71,6 +71,9 @@ class CollectConfig:
     tasks: TaskSpec = TaskSpec(role="sft")
     sandbox: SandboxConfig = SandboxConfig(workers=4, slots_per_worker=8, timeout_s=60.0)
     prompt: PromptConfig = PromptConfig()
+    # Teacher prompts show, as history (prompt.history, which must be on), the teacher's proposals for
+    # the same task at earlier feedback rounds, so SFT rows teach reading a history. Off: the paper's.
+    history: bool = False
     # Reasoning Gym's contract lets a harness set every sampling keyword, so the task fixes none;
     # misuse of the solver handle itself is refused regardless (filters.solver_settings).
     filters: FilterConfig = FilterConfig()
@@ -96,6 +99,8 @@ class CollectConfig:
         for name in ("rounds", "proposals", "scoring_questions"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.history and not self.prompt.history.enabled:
+            raise ConfigError("history=True needs prompt.history.mode 'last' or 'pareto' (the section to show it in)")
         if self.scoring_questions > self.tasks.scoring:
             raise ConfigError(f"scoring_questions={self.scoring_questions} exceeds tasks.scoring={self.tasks.scoring}")
 
@@ -122,4 +127,9 @@ class CollectConfig:
         d["tasks"].pop("families")
         for k in ("out", "run_dir", "rounds", "mesh", "sandbox"):
             d.pop(k)
+        # Settings added later leave older collections' fingerprints as they were while unused.
+        if not self.history:
+            d.pop("history")
+        if not self.prompt.history.enabled:
+            d["prompt"].pop("history")
         return json.loads(json.dumps(d))

@@ -2,7 +2,9 @@
 
 The messages go to `Generator.chat`, which applies the proposer's chat template (Qwen's). The edit
 format is rendered from `edits.FORMAT_SPEC` and the contract from `contract.describe`, so the
-prompt and the parser cannot drift apart.
+prompt and the parser cannot drift apart. With `history.mode` other than "off", a section of earlier
+candidates of the run (hljax/harness/history.py) sits between the report and the answer format;
+off, the prompt is the paper's, byte for byte.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Callable, Sequence
 
 from hljax.generate.types import Message
 from hljax.harness import contract, edits
+from hljax.harness.history import HistoryConfig, HistoryEntry, render_history
 from hljax.harness.report import ExecutionReport
 
 SYSTEM_PROMPT = (
@@ -27,6 +30,7 @@ class PromptConfig:
     report_max_chars: int = 6000  # The execution report is shrunk to fit (see ExecutionReport.render).
     report_max_tokens: int | None = None  # Also a token budget, when a tokenizer count is given.
     system_prompt: str = SYSTEM_PROMPT  # The proposer's system message ("": none).
+    history: HistoryConfig = HistoryConfig()  # Earlier candidates of the run (off: the paper's prompt).
 
     def __post_init__(self):
         if self.report_max_chars < 200:
@@ -40,8 +44,9 @@ def user_prompt(
     tools: Sequence[contract.ToolSpec] = (),
     config: PromptConfig = PromptConfig(),
     count_tokens: Callable[[str], int] | None = None,
+    history: Sequence[HistoryEntry] = (),
 ) -> str:
-    """The user turn: task, contract, harness, report, then the answer format."""
+    """The user turn: task, contract, harness, report, (history,) then the answer format."""
     rendered = report.render(
         max_chars=config.report_max_chars, max_tokens=config.report_max_tokens, count_tokens=count_tokens
     )
@@ -50,10 +55,20 @@ def user_prompt(
         ("Harness contract", contract.describe(tools)),
         ("Current harness", f"```python\n{harness.rstrip()}\n```"),
         ("Execution report of the current harness on feedback questions", rendered),
-        ("Your answer", edits.FORMAT_SPEC),
     ]
+    if config.history.enabled:
+        sections.append(("Earlier candidates in this run (oldest first)", history_text(history, config, count_tokens)))
+    sections.append(("Your answer", edits.FORMAT_SPEC))
     body = "\n\n".join(f"## {title}\n{text}" for title, text in sections)
     return body + "\n\nChange the harness so that it answers more questions correctly. Reply with edit blocks."
+
+
+def history_text(history: Sequence[HistoryEntry], config: PromptConfig = PromptConfig(),
+                 count_tokens: Callable[[str], int] | None = None) -> str:
+    """The history section as the proposer sees it ("" when history is off): what records keep."""
+    if not config.history.enabled:
+        return ""
+    return render_history(history, config.history, count_tokens if config.history.max_tokens is not None else None)
 
 
 def proposer_messages(
@@ -63,9 +78,12 @@ def proposer_messages(
     tools: Sequence[contract.ToolSpec] = (),
     config: PromptConfig = PromptConfig(),
     count_tokens: Callable[[str], int] | None = None,
+    history: Sequence[HistoryEntry] = (),
 ) -> list[Message]:
-    """System and user messages for `Generator.chat`."""
+    """System and user messages for `Generator.chat`. `history`: earlier candidates of the run, shown
+    only when `config.history` is on."""
     return [
         {"role": "system", "content": config.system_prompt},
-        {"role": "user", "content": user_prompt(task_description, harness, report, tools, config, count_tokens)},
+        {"role": "user", "content": user_prompt(task_description, harness, report, tools, config, count_tokens,
+                                                history)},
     ]

@@ -2,7 +2,8 @@
 
 Each round runs the current harness on the round's fresh feedback questions, renders the report,
 asks the proposer for G candidates, scores them on the run's fixed scoring questions and lets the
-selection policy pick the next harness. Every finished round is persisted (`records.RunStore`), and
+selection policy pick the next harness. With the prompt's history on, the proposer also sees the
+run's earlier candidates, rebuilt each round from the stored records. Every finished round is persisted (`records.RunStore`), and
 everything a round draws derives from (seed, task, round), so a run stopped after round k and
 started again repeats what an uninterrupted run does from round k + 1 on.
 """
@@ -16,8 +17,9 @@ from typing import Sequence
 import numpy as np
 
 from hljax.generate.types import Completion, Generator, SamplingParams
-from hljax.harness.prompts import PromptConfig
+from hljax.harness.prompts import PromptConfig, history_text
 from hljax.loop import records as rec
+from hljax.loop.history import entries_from_rounds, store_code
 from hljax.loop import rewards as rw
 from hljax.loop.revision import build_state, candidate, score_candidates
 from hljax.loop.selection import PolicyName, Scored, make_policy
@@ -69,13 +71,13 @@ def judge(pool: SandboxPool, task: Task, parent_code: str, completions: Sequence
         o = rw.outcome(reward, c, scored.get(j), [q.answer for q in questions])
         code = cands[j].code if j in scored else None
         out.append((rec.CandidateRecord(
-            id=ids[j], parent=parent_id, completion=text, kind=o.kind, detail="" if code is not None else _detail(c),
+            id=ids[j], parent=parent_id, completion=text, kind=o.kind, detail="" if code is not None else describe_failure(c),
             score=o.score, scores=question_scores(scored[j]) if j in scored else (), has_code=code is not None),
             code))
     return out
 
 
-def _detail(c) -> str:
+def describe_failure(c) -> str:
     """Why an edit gave no harness, as the proposer would be told."""
     return c.describe() if hasattr(c, "describe") else c.reason
 
@@ -125,7 +127,10 @@ def run_adaptation(
     for t in range(len(done), last):
         start = time.perf_counter()
         code = store.harness(current)
-        state = build_state(pool, task, code, t)
+        # From the store, not from memory: a resumed run rebuilds exactly what it would have had.
+        history = entries_from_rounds(store.rounds(), store_code(store), prompt.history) \
+            if prompt.history.enabled else ()
+        state = build_state(pool, task, code, t, history)
         sampling = cfg.sampling(derive_seed(seed, task.name, run_index, t))
         completions = propose(proposer, state.messages(prompt), sampling, cfg.proposals, cfg.enable_thinking)
         ids = [rec.candidate_id(t, i) for i in range(len(completions))]
@@ -142,7 +147,7 @@ def run_adaptation(
             report=state.report.render(max_chars=prompt.report_max_chars), candidates=tuple(c for c, _ in judged),
             selected=choice.selected, front=choice.front, seconds=time.perf_counter() - start,
             feedback_qids=tuple(q.qid for q in task.feedback_round(t)), scoring_qids=tuple(q.qid for q in scoring),
-            selected_score=scored[choice.selected].score)
+            selected_score=scored[choice.selected].score, history=history_text(history, prompt))
         store.append(record)
         archive = scored
         current = choice.selected

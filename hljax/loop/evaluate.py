@@ -26,9 +26,10 @@ from hljax.tasks.simulated_solver import LABEL as SIMULATED_LABEL
 from hljax.harness import seeds
 from hljax.loop import records as rec
 from hljax.loop import tables
+from hljax.harness.prompts import PromptConfig, history_text
 from hljax.loop.adapt import judge, propose, question_scores, run_adaptation
 from hljax.loop.revision import build_state
-from hljax.loop.run_config import EvalRunConfig, ProposerEntry
+from hljax.loop.run_config import HISTORY_SUFFIX, EvalRunConfig, ProposerEntry
 from hljax.seeding import derive_seed
 from hljax.tasks.base import Question, Task
 from hljax.tasks.jobs import run_codes
@@ -77,9 +78,10 @@ def mean(xs) -> float:
 
 
 def single_revision(cfg: EvalRunConfig, task: Task, seed_code: str, proposer, pool: SandboxPool,
-                    directory: str, evalq: Sequence[Question]) -> None:
+                    directory: str, evalq: Sequence[Question], prompt: PromptConfig) -> None:
     """N independent proposals from the seed harness (one feedback report), each scored on held-out
-    questions. The mean over all proposals is the headline; the best is an oracle."""
+    questions. The mean over all proposals is the headline; the best is an oracle. A first revision
+    has no history: with history on, its section says so."""
     store = rec.RunStore(directory)
     if store.rounds():
         return
@@ -87,7 +89,7 @@ def single_revision(cfg: EvalRunConfig, task: Task, seed_code: str, proposer, po
     state = build_state(pool, task, seed_code, 0)
     adapt = cfg.adapt_config()
     sampling = adapt.sampling(derive_seed(cfg.seed, task.name, "single"))
-    completions = propose(proposer, state.messages(cfg.prompt), sampling, adapt.proposals, adapt.enable_thinking)
+    completions = propose(proposer, state.messages(prompt), sampling, adapt.proposals, adapt.enable_thinking)
     ids = [rec.candidate_id(0, i) for i in range(len(completions))]
     judged = judge(pool, task, seed_code, [c.text for c in completions], evalq, ids, rec.SEED_ID, cfg.reward)
     for c, code in judged:
@@ -96,20 +98,20 @@ def single_revision(cfg: EvalRunConfig, task: Task, seed_code: str, proposer, po
     seed_eval = eval_scores(pool, task, directory, {rec.SEED_ID: seed_code}, evalq)[rec.SEED_ID]
     store.append(rec.RoundRecord(
         task=task.name, round=0, parent=rec.SEED_ID, parent_score=mean(seed_eval), parent_scores=seed_eval,
-        feedback_score=state.report.mean_score, report=state.report.render(max_chars=cfg.prompt.report_max_chars),
+        feedback_score=state.report.mean_score, report=state.report.render(max_chars=prompt.report_max_chars),
         candidates=tuple(c for c, _ in judged), selected=rec.SEED_ID, front=(rec.SEED_ID,), seconds=0.0,
         feedback_qids=tuple(q.qid for q in task.feedback_round(0)), scoring_qids=tuple(q.qid for q in evalq),
-        scored_on="eval"))
+        scored_on="eval", history=history_text((), prompt)))
 
 
 def adaptation_runs(cfg: EvalRunConfig, task: Task, seed_code: str, proposer, pool: SandboxPool,
-                    base_dir: str, evalq: Sequence[Question]) -> None:
+                    base_dir: str, evalq: Sequence[Question], prompt: PromptConfig) -> None:
     """`adapt.runs` runs of `adapt.rounds` rounds; the harness kept after each round is scored on
     held-out questions."""
     for k in range(cfg.adapt.runs):
         store = rec.RunStore(os.path.join(base_dir, f"run{k}"))
         rounds = run_adaptation(task, seed_code, proposer, pool, cfg.adapt_config(), store, seed=cfg.seed,
-                                run_index=k, prompt=cfg.prompt, reward=cfg.reward)
+                                run_index=k, prompt=prompt, reward=cfg.reward)
         kept = dict.fromkeys([rec.SEED_ID] + [r.selected for r in rounds])
         eval_scores(pool, task, store.directory, {i: store.harness(i) for i in kept}, evalq)
 
@@ -146,11 +148,14 @@ def run(cfg: EvalRunConfig) -> dict:
                         evalq[task.name])
         for entry in cfg.proposers:
             with Endpoint(proposer_spec(cfg, entry), mesh) as proposer:
-                for task in tqdm(mine, desc=f"proposer {entry.label}"):
-                    directory = os.path.join(cfg.run_dir, entry.label, task_dir(task))
-                    if cfg.evaluation.protocol == "single":
-                        directory = os.path.join(directory, "single")
-                    protocol(cfg, task, seed_code, proposer.generator, pool, directory, evalq[task.name])
+                # The proposer's rows (with and without history under compare_history): same seeds, same questions.
+                for row in [r for r in cfg.rows() if r.entry == entry]:
+                    for task in tqdm(mine, desc=f"proposer {row.label}"):
+                        directory = os.path.join(cfg.run_dir, row.label, task_dir(task))
+                        if cfg.evaluation.protocol == "single":
+                            directory = os.path.join(directory, "single")
+                        protocol(cfg, task, seed_code, proposer.generator, pool, directory, evalq[task.name],
+                                 row.prompt)
     distributed.barrier("evaluation-done")
     if not distributed.is_main():
         return {}
@@ -164,9 +169,9 @@ def collect_results(cfg: EvalRunConfig, tasks: Sequence[Task]) -> list[tables.Ta
         with open(os.path.join(cfg.run_dir, "seed", task_dir(task), "eval.json")) as f:
             seed = mean(json.load(f)["scores"][rec.SEED_ID])
         out.append(tables.TaskResult("seed", task.name, seed, seed, 0, 0.0, 0.0))
-    for entry in cfg.proposers:
+    for row in cfg.rows():
         for task in tasks:
-            out.append(_result_from_files(cfg, entry.label, task))
+            out.append(_result_from_files(cfg, row.label, task))
     return out
 
 
@@ -194,9 +199,9 @@ def _result_from_files(cfg: EvalRunConfig, label: str, task: Task) -> tables.Tas
 
 def check_disjoint(cfg: EvalRunConfig, tasks: Sequence[Task]) -> None:
     """Fail loudly if any held-out question was also a feedback or scoring question of a run."""
-    for entry in cfg.proposers:
+    for row in cfg.rows():
         for task in tasks:
-            base = os.path.join(cfg.run_dir, entry.label, task_dir(task))
+            base = os.path.join(cfg.run_dir, row.label, task_dir(task))
             for name in sorted(os.listdir(base)):
                 with open(os.path.join(base, name, "eval.json")) as f:
                     held = set(json.load(f)["qids"])
@@ -217,6 +222,11 @@ def tabulate(cfg: EvalRunConfig, tasks: Sequence[Task]) -> dict:
         notes.append(f"{cfg.adapt.runs} run(s) of {cfg.adapt.rounds} rounds, policy {cfg.adapt.policy}")
     if cfg.solver.simulated:
         notes.insert(0, f"solver: {SIMULATED_LABEL}")
+    if cfg.evaluation.compare_history:
+        h = cfg.prompt.history
+        notes.append(f"rows '<proposer>{HISTORY_SUFFIX}': the same proposer, seeds and questions, its prompt showing "
+                     f"the run's earlier candidates (prompt.history: mode {h.mode}, last {h.last}, "
+                     f"max_chars {h.max_chars}); the other rows: the paper's prompt (no history)")
     out = {"results_md": os.path.join(cfg.run_dir, "results.md"), "results_csv": os.path.join(cfg.run_dir, "results.csv")}
     with open(out["results_md"], "w") as f:
         f.write(tables.results_markdown(results, cfg.evaluation.protocol, notes))
@@ -257,12 +267,12 @@ def write_reports(cfg: EvalRunConfig, tasks: Sequence[Task]) -> str:
     from hljax.loop import html_report
 
     pages = []
-    for entry in cfg.proposers:
+    for row in cfg.rows():
         for task in tasks:
-            base = os.path.join(cfg.run_dir, entry.label, task_dir(task))
+            base = os.path.join(cfg.run_dir, row.label, task_dir(task))
             runs = ["single"] if cfg.evaluation.protocol == "single" else [f"run{k}" for k in range(cfg.adapt.runs)]
             for name in runs:
                 directory = os.path.join(base, name)
-                title = f"{entry.label} · {task.name} · {name}" + (" · simulated solver" if cfg.solver.simulated else "")
+                title = f"{row.label} · {task.name} · {name}" + (" · simulated solver" if cfg.solver.simulated else "")
                 pages.append(html_report.write_report(directory, title=title))
     return html_report.write_index(pages, os.path.join(cfg.run_dir, "index.html"))

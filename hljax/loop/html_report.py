@@ -2,7 +2,7 @@
 
 A page shows the revision tree (seed -> candidates, the selected path highlighted), each candidate's
 edit as a coloured unified diff against its parent, the raw completion and failure of invalid
-edits, the execution report the proposer saw, and a PNG of scores per round (embedded as a data
+edits, the execution report (and, with prompt.history on, the history) the proposer saw, and a PNG of scores per round (embedded as a data
 URI and written beside the page). No server, no JavaScript, no network: open the file.
 
 Harness code, completions, reports and failure details are untrusted model output: every piece of
@@ -248,6 +248,15 @@ def _candidate_html(c: CandidateRecord, r: RoundRecord, codes: Mapping[str, str]
     return f'<div class="{cls}" data-id="{_e(c.id)}">{"".join(parts)}</div>'
 
 
+def _history_html(r: RoundRecord) -> str:
+    """The history section the proposer saw this round (with prompt.history on), as text: it quotes
+    harness code and failure details, so it is escaped like every other piece of model output."""
+    if not r.history:
+        return ""
+    return ('<details class="history"><summary>history shown to the proposer (earlier candidates)</summary>'
+            f'<pre class="history">{_e(r.history)}</pre></details>')
+
+
 def _round_html(r: RoundRecord, codes: Mapping[str, str]) -> str:
     n_bad = sum(not is_valid(c) for c in r.candidates)
     rows = "".join(
@@ -264,6 +273,7 @@ def _round_html(r: RoundRecord, codes: Mapping[str, str]) -> str:
         f"<table><tr><th>id</th><th>kind</th><th>score</th><th>selected</th><th>front</th></tr>{rows}</table>"
         f"<details><summary>execution report shown to the proposer</summary>"
         f'<pre class="report">{_e(r.report)}</pre></details>'
+        + _history_html(r)
         + "".join(_candidate_html(c, r, codes) for c in r.candidates) + "</section>")
 
 
@@ -298,7 +308,7 @@ def write_report(run_dir: str, out_path: str | None = None, title: str = "") -> 
         f"<details><summary>code</summary><pre class=\"code\">{_e(final_code)}</pre></details></section>")
     page = (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f'<meta name="{_SUMMARY_META}" content="{_e(json.dumps(dataclasses.asdict(s)))}">'
+        f'<meta name="{_SUMMARY_META}" content="{_e(json.dumps({**dataclasses.asdict(s), "title": title}))}">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
         f"<h1>{_e(title)}</h1>"
         '<table id="summary">' + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in summary_rows) + "</table>"
@@ -346,7 +356,9 @@ def write_index(paths: Sequence[str], out: str, title: str = "hljax revision run
         s = read_summary(p)
         href = os.path.relpath(os.path.abspath(p), base).replace(os.sep, "/")
         rows.append(
-            f'<tr><td><a href="{_e(href)}">{_e(s["task"])}</a></td><td>{s["rounds"]}</td>'
+            # The run's title tells rows of one task apart (proposer label, with or without history).
+            f'<tr><td><a href="{_e(href)}">{_e(s["task"])}</a></td><td class="run">{_e(s.get("title", ""))}</td>'
+            f'<td>{s["rounds"]}</td>'
             f'<td>{_fmt(s["seed_score"])}</td><td class="final">{_fmt(s["final_score"])}</td>'
             f'<td><code>{_e(s["final_id"])}</code></td><td>{_fmt(s["best_score"])}</td>'
             f'<td>{s["valid"]}/{s["candidates"]}</td></tr>')
@@ -356,7 +368,7 @@ def write_index(paths: Sequence[str], out: str, title: str = "hljax revision run
     page = (
         f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
         f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>{mean}"
-        '<table id="index"><tr><th>task</th><th>rounds</th><th>seed score</th><th>final score</th>'
+        '<table id="index"><tr><th>task</th><th>run</th><th>rounds</th><th>seed score</th><th>final score</th>'
         "<th>final harness</th><th>best score</th><th>valid edits</th></tr>" + "".join(rows) + "</table></body></html>\n")
     with open(out, "w", encoding="utf-8") as f:
         f.write(page)

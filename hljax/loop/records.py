@@ -51,6 +51,7 @@ class RoundRecord:
     scoring_qids: tuple[str, ...] = ()  # The questions candidates were scored on.
     scored_on: str = "scoring"  # Which split those are: "scoring", or "eval" in single-revision evaluation.
     selected_score: float | None = None  # The selected harness's score on the same questions.
+    history: str = ""  # The rendered history section the proposer saw ("" when the prompt's history is off).
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

@@ -7,6 +7,7 @@ import dataclasses
 from typing import Sequence
 
 from hljax.harness import contract, edits
+from hljax.harness.history import HistoryEntry
 from hljax.harness.prompts import PromptConfig, proposer_messages
 from hljax.harness.report import ExecutionReport
 from hljax.tasks.base import Question, Task
@@ -20,22 +21,25 @@ Candidate = edits.Applied | edits.Unparseable | edits.Truncated | edits.SpanNotF
 
 @dataclasses.dataclass(frozen=True)
 class RevisionState:
-    """What the proposer sees: a task, the current harness, and its execution report."""
+    """What the proposer sees: a task, the current harness, its execution report, and the earlier
+    candidates that led to it (shown only when the prompt's history is on)."""
 
     task: Task
     harness: str
     report: ExecutionReport
     round_index: int  # Which feedback window the report was built on.
+    history: tuple[HistoryEntry, ...] = ()
 
     def messages(self, config: PromptConfig = PromptConfig(), count_tokens=None):
         return proposer_messages(self.task.description, self.harness, self.report, self.task.tool_specs, config,
-                                 count_tokens)
+                                 count_tokens, self.history)
 
 
-def build_state(pool: SandboxPool, task: Task, harness: str, round_index: int) -> RevisionState:
+def build_state(pool: SandboxPool, task: Task, harness: str, round_index: int,
+                history: tuple[HistoryEntry, ...] = ()) -> RevisionState:
     """Run `harness` on round `round_index`'s fresh feedback questions and report on it."""
     jobs, results = run_harness(pool, task, harness, task.feedback_round(round_index))
-    return RevisionState(task, harness, ExecutionReport.from_results(jobs, results), round_index)
+    return RevisionState(task, harness, ExecutionReport.from_results(jobs, results), round_index, tuple(history))
 
 
 def candidate(harness: str, completion: str) -> Candidate:

@@ -8,7 +8,7 @@ configs override fields of it. Built from a locked ml_collections config by `typ
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import ml_collections
 
@@ -40,6 +40,17 @@ class ProposerEntry:
         return cls(label, where)
 
 
+class Row(NamedTuple):
+    """A row of the results table: a proposer and the prompt it is shown."""
+
+    label: str
+    entry: ProposerEntry
+    prompt: PromptConfig
+
+
+HISTORY_SUFFIX = "+history"  # The label suffix of a proposer's row with history (evaluation.compare_history).
+
+
 @dataclasses.dataclass(frozen=True)
 class ProposerServing:
     """How the proposers are prompted, and how an HF-folder one is served (our engine behind the
@@ -60,6 +71,9 @@ class EvaluationSpec:
     # `adapt.rounds` rounds (multistep / QA runs); the harness kept after each round is evaluated.
     protocol: Literal["single", "rounds"] = "rounds"
     eval_questions: int = 64  # From the eval split, disjoint from feedback and scoring questions.
+    # Each proposer runs twice, with the same seeds and questions: row `<label>` with the paper's
+    # prompt (no history) and row `<label>+history` with prompt.history (which must be on).
+    compare_history: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,8 +128,24 @@ class EvalRunConfig:
         labels = [p.label for p in self.proposers]
         if len(set(labels)) != len(labels) or "seed" in labels:
             raise ConfigError(f"proposers: labels must be unique and not 'seed', got {labels}")
+        if self.evaluation.compare_history:
+            if not self.prompt.history.enabled:
+                raise ConfigError("evaluation.compare_history needs prompt.history.mode 'last' or 'pareto' "
+                                  "(the history the '+history' rows show)")
+            rows = [r.label for r in self.rows()]
+            if len(set(rows)) != len(rows):
+                raise ConfigError(f"proposers: with evaluation.compare_history the rows {rows} must be unique")
         if self.solver.backend == "embedded" and not self.solver_path:
             raise ConfigError("solver.path: the solver's HF folder (or give the first proposer as an HF folder)")
+
+    def rows(self) -> list[Row]:
+        """The results table's proposer rows in order: each proposer as configured, or with
+        evaluation.compare_history, first without history and then with it."""
+        if not self.evaluation.compare_history:
+            return [Row(p.label, p, self.prompt) for p in self.proposers]
+        plain = dataclasses.replace(self.prompt, history=dataclasses.replace(self.prompt.history, mode="off"))
+        return [r for p in self.proposers
+                for r in (Row(p.label, p, plain), Row(p.label + HISTORY_SUFFIX, p, self.prompt))]
 
     def adapt_config(self) -> AdaptConfig:
         """The rounds' settings: the adapt block, with the proposers' thinking mode."""

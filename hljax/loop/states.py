@@ -17,6 +17,12 @@ prompts (the report differs); in `seed` and `offline` modes the slots of success
 through pool members, then rounds, and in `online` mode each (step, slot) reads the next round, so a
 chain restarted from a seed does not repeat the seed's first state. A state's index decides
 everything about it, so reruns draw the same states.
+
+With the prompt's history on (`prompt.history`), every pool member carries the history that led to
+it, so a GRPO prompt shows what the proposer would see at that point of a test-time run: an offline
+member, the candidates of its refresh run up to the round that reached it; an online chain, the
+candidates of its earlier steps (scored on other scoring windows, so without per-question changes).
+Histories are saved with the pool and the chains, so a resumed run shows the same ones.
 """
 
 from __future__ import annotations
@@ -28,9 +34,12 @@ import os
 from typing import Literal, Sequence
 
 from hljax.generate.types import Generator
+from hljax.harness.history import HistoryEntry, make_entry
 from hljax.harness.prompts import PromptConfig
 from hljax.loop import records as rec
-from hljax.loop.adapt import AdaptConfig, run_adaptation
+from hljax.loop import rewards as rw
+from hljax.loop.adapt import AdaptConfig, describe_failure, run_adaptation
+from hljax.loop.history import entries_from_rounds, store_code
 from hljax.loop.revision import RevisionState, build_state
 from hljax.tasks.base import Task
 from sandbox.pool import SandboxPool
@@ -75,6 +84,16 @@ class Entry:
     harness: str
     origin: str  # "seed", or where the proposer produced it ("phase1/rg_gcd/r0c2").
     depth: int = 0  # online: revisions since the chain's seed.
+    history: tuple[HistoryEntry, ...] = ()  # The candidates that led here (empty unless the prompt shows history).
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Entry:
+        return cls(**{**d, "history": tuple(HistoryEntry.from_dict(h) for h in d.get("history", ()))})
+
+    @property
+    def harness_id(self) -> str:
+        """The id the history gives this member's harness: its last kept candidate, else the seed."""
+        return next((h.id for h in reversed(self.history) if h.selected), rec.SEED_ID)
 
 
 class StatePool:
@@ -96,9 +115,9 @@ class StatePool:
 
     def build(self, entry: Entry, round_index: int) -> RevisionState:
         key = (entry.task, entry.harness, round_index)
-        if key not in self._cache:
+        if key not in self._cache:  # The report depends on the harness and round only, not on the history.
             self._cache[key] = build_state(self.pool, self.tasks[entry.task], entry.harness, round_index)
-        return self._cache[key]
+        return dataclasses.replace(self._cache[key], history=entry.history)
 
     def state(self, step: int, slot: int, prompts_per_step: int) -> RevisionState:
         """The state of slot `slot` at GRPO step `step`."""
@@ -117,7 +136,7 @@ class StatePool:
     def load_phase(self, phase: int) -> list[Entry]:
         """The pool another process built for `phase` (multi-process runs refresh on process 0)."""
         with open(os.path.join(self.directory, f"phase{phase}", "pool.json")) as f:
-            self.entries, self.phase = [Entry(**e) for e in json.load(f)], phase
+            self.entries, self.phase = [Entry.from_dict(e) for e in json.load(f)], phase
         return self.entries
 
     def refresh(self, phase: int, proposer: Generator, progress=None) -> list[Entry]:
@@ -136,10 +155,13 @@ class StatePool:
             store = rec.RunStore(os.path.join(self.directory, f"phase{phase}", name))
             rounds = run_adaptation(task, self.seed_harness, proposer, self.pool, cfg, store,
                                     seed=self.seed, run_index=phase, prompt=self.prompt)
-            for r in rounds:
+            for k, r in enumerate(rounds):
                 if r.selected != rec.SEED_ID and (i, code := store.harness(r.selected)) not in seen:
                     seen.add((i, code))
-                    entries.append(Entry(i, code, f"phase{phase}/{name}/{r.selected}"))
+                    # What a test-time run's next round would show: the candidates of rounds 0..k.
+                    history = entries_from_rounds(rounds[: k + 1], store_code(store), self.prompt.history) \
+                        if self.prompt.history.enabled else ()
+                    entries.append(Entry(i, code, f"phase{phase}/{name}/{r.selected}", history=history))
             if progress is not None:
                 progress(task.name)
         if not entries:  # No seeds kept and the proposer produced nothing: nothing to train on.
@@ -158,17 +180,38 @@ class StatePool:
         n = len(self.tasks)
         self.chains = {slot: Entry(slot % n, self.seed_harness, "seed") for slot in range(prompts_per_step)}
 
-    def advance(self, step: int, slot: int, best_code: str | None, best_id: str) -> Entry:
+    def tried(self, slot: int, cands: Sequence, outcomes: Sequence[rw.Outcome], chosen: int | None
+              ) -> tuple[HistoryEntry, ...]:
+        """Chain `slot`'s candidates of this step (`cands`: `revision.candidate` results, `chosen`: the
+        index advanced to, None: none) as history entries; () unless the prompt shows history. Ids
+        are "r{depth}c{index}", the chain's depth standing for a test-time run's round."""
+        if not self.prompt.history.enabled:
+            return ()
+        entry = self.chains[slot]
+        out = []
+        for j, (c, o) in enumerate(zip(cands, outcomes)):
+            code = c.code if rw.failure_kind(c) is None else None
+            out.append(make_entry(
+                id=rec.candidate_id(entry.depth, j), parent=entry.harness_id, round=entry.depth, kind=o.kind,
+                has_code=code is not None, score=o.score, scores=(), parent_score=None, parent_scores=(),
+                detail="" if code is not None else describe_failure(c), parent_code=entry.harness, code=code,
+                selected=j == chosen, context=self.prompt.history.context_lines))
+        return tuple(out)
+
+    def advance(self, step: int, slot: int, best_code: str | None, best_id: str,
+                tried: Sequence[HistoryEntry] = ()) -> Entry:
         """After `step`, chain `slot` moves to its best candidate (`best_code`, None if no candidate gave
-        a harness: the chain stays), or restarts from the next task's seed at `max_depth`."""
+        a harness: the chain stays), or restarts from the next task's seed at `max_depth`. `tried`:
+        the step's candidates (`tried`), appended to the chain's history."""
         entry = self.chains[slot]
         depth = entry.depth + 1
+        history = entry.history + tuple(tried)
         if depth >= self.spec.max_depth:
             nxt = Entry((entry.task + len(self.chains)) % len(self.tasks), self.seed_harness, "seed")
         elif best_code is None:
-            nxt = dataclasses.replace(entry, depth=depth)
+            nxt = dataclasses.replace(entry, depth=depth, history=history)
         else:
-            nxt = Entry(entry.task, best_code, f"step{step}/slot{slot}/{best_id}", depth)
+            nxt = Entry(entry.task, best_code, f"step{step}/slot{slot}/{best_id}", depth, history)
         self.chains[slot] = nxt
         return nxt
 
@@ -192,7 +235,7 @@ class StatePool:
                 raise FileNotFoundError(f"{path}: the online revision chain of slot {slot} after step {step} is "
                                         "missing, so this run cannot resume it")
             with open(path) as f:
-                self.chains[slot] = Entry(**json.load(f))
+                self.chains[slot] = Entry.from_dict(json.load(f))
 
     def proposer_made(self) -> list[Entry]:
         """Pool members the proposer produced (not seeds)."""

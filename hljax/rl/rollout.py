@@ -215,7 +215,9 @@ class Rollouts:
         parent = Scored("parent", 0.0, (), "seed", True)
         chosen = BestOfG().select(parent, scored, [], step).selected
         best = None if chosen == "parent" else cands[int(chosen)].code
-        self.states.advance(step, slot, best, f"c{chosen}")
+        # The chain's history grows by this step's candidates (when the prompt shows history).
+        tried = self.states.tried(slot, cands, outcomes, None if chosen == "parent" else int(chosen))
+        self.states.advance(step, slot, best, f"c{chosen}", tried)
 
 
 def sample_rows(step: int, rows: np.ndarray, batch: RolloutBatch, advantages: np.ndarray, keep: np.ndarray) -> list[dict]:
