@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Iterable
 
+from hljax.config import RERUN_FIX, ConfigError, check_rerun
 from sandbox.config import SandboxConfig
 
 if TYPE_CHECKING:
@@ -221,12 +222,41 @@ def check_sandbox(config: SandboxConfig) -> None:
         raise PreflightError(f"the sandbox started but a trivial job failed ({one_line(detail, 300)}): {fix}")
 
 
+def check_train_rerun(cfg: RunConfig) -> None:
+    """A rerun on a run_dir keeps its config (hljax.config.RERUN_CHANGES); more SFT steps only while
+    GRPO has not begun, since steps are numbered SFT first."""
+    path = os.path.join(cfg.run_dir, "config.json")
+    more_sft = [c for c in check_rerun(path, cfg, "train") if c.key == "sft.steps"]
+    done = _checkpoint_steps(os.path.join(cfg.run_dir, "checkpoints"))
+    if more_sft and cfg.grpo_steps and done and done[-1] >= more_sft[0].old:
+        raise ConfigError(f"{cfg.run_dir} has done GRPO steps (checkpoint {done[-1]}, after sft.steps="
+                          f"{more_sft[0].old}): sft.steps {more_sft[0].old} -> {more_sft[0].new} would renumber them: "
+                          f"{RERUN_FIX['train']}")
+
+
+def check_metrics(backends) -> None:
+    from hljax.metrics import check_backends
+
+    try:
+        check_backends(backends)
+    except ValueError as e:
+        raise PreflightError(str(e)) from None
+
+
+def _checkpoint_steps(directory: str) -> list[int]:
+    """The steps orbax saved under `directory` (its step folders), without loading orbax."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(int(n) for n in os.listdir(directory) if n.isdigit())
+
+
 # ----- what each launcher needs -----
 
 
 def train(cfg: RunConfig) -> list[str]:
     """launch.train: run_dir, data files, models, servers, disk, sandbox. -> what was checked."""
-    done = [_timed("run_dir", check_run_dir, cfg.run_dir)]
+    done = [_timed("run_dir", check_run_dir, cfg.run_dir), _timed("run_dir config", check_train_rerun, cfg),
+            _timed("metrics.backends", check_metrics, cfg.metrics.backends)]
     if cfg.sft_steps:
         done.append(_timed("sft.data", check_file, cfg.sft.data, "sft.data", "the SFT JSONL"))
     if cfg.grpo_steps and cfg.tasks.suite == "multihop_qa":
@@ -256,7 +286,8 @@ def train(cfg: RunConfig) -> list[str]:
 
 def evaluate(cfg: EvalRunConfig) -> list[str]:
     """launch.adapt and launch.evaluate: run_dir, QA files, proposers, solver, sandbox."""
-    done = [_timed("run_dir", check_run_dir, cfg.run_dir)]
+    done = [_timed("run_dir", check_run_dir, cfg.run_dir),
+            _timed("run_dir config", check_rerun, os.path.join(cfg.run_dir, "config.json"), cfg, "evaluate")]
     if cfg.tasks.suite == "multihop_qa":
         done.append(_timed("tasks.qa_files", check_qa_files, cfg.tasks.qa_files, cfg.tasks.qa_aliases))
     for entry in cfg.proposers:
@@ -287,7 +318,8 @@ def _solver_and_sandbox(solver, sandbox) -> list[str]:
 
 def collect(cfg: CollectConfig) -> list[str]:
     """launch.collect: run_dir and the output's folder, QA files, teacher, solver, sandbox."""
-    done = [_timed("run_dir", check_run_dir, cfg.run_dir), _timed("out", check_run_dir, os.path.dirname(cfg.out) or ".", "out")]
+    done = [_timed("run_dir", check_run_dir, cfg.run_dir), _timed("out", check_run_dir, os.path.dirname(cfg.out) or ".", "out"),
+            _timed("out config", check_rerun, cfg.stem + ".config.json", cfg, "collect")]
     if cfg.tasks.suite == "multihop_qa":
         done.append(_timed("tasks.qa_files", check_qa_files, cfg.tasks.qa_files, cfg.tasks.qa_aliases))
     teacher = cfg.teacher

@@ -124,7 +124,8 @@ def test_good_tiny_config_passes(tmp_path):
     c = tiny.get_config()
     c.run_dir = str(tmp_path / "run")
     done = preflight.train(RunConfig.from_config(c))
-    assert [d.split()[0] for d in done] == ["run_dir", "sft.data", "model.preset", "disk", "sandbox"]
+    assert [d.split()[0] for d in done] == ["run_dir", "run_dir", "metrics.backends", "sft.data", "model.preset",
+                                          "disk", "sandbox"]
     assert os.listdir(tmp_path / "run") == []  # The probe file is gone.
 
 

@@ -18,7 +18,8 @@ Output, next to each other:
 - `<out without .jsonl>.rejected.jsonl`: rejected rows, the same fields, `reason` naming the first
   failed filter (details say why);
 - `<...>.summary.json` and a printed table: kept / rejected by reason, per task and in total;
-- `<...>.config.json`: what the rows were collected with; a rerun with other settings is refused.
+- `<...>.config.json`: what the rows were collected with; a rerun with settings that change what a
+  row holds is refused (hljax.config.RERUN_CHANGES lists what may change).
 
 Resume: rows are appended and fsynced one at a time, with ids "<task>/r<round>/p<proposal>". A rerun
 reads both files, cuts a torn last line (a kill mid-write), and skips every id already written, so
@@ -40,7 +41,7 @@ from tqdm import tqdm
 
 from hljax import sharding as shd
 from hljax.checkpoint.presets import init_model
-from hljax.config import ConfigError
+from hljax.config import check_rerun, save_config
 from hljax.data.collect_config import CollectConfig
 from hljax.data.teacher import ChatModel, OpenAIChatGenerator, OpenAIOptions, api_key_from_env
 from hljax.generate.client import ClientConfig
@@ -240,18 +241,13 @@ class Collector:
         return summary
 
     def _check_config(self) -> None:
+        # Checked at start-up too (preflight); again here, before the file is written, for direct callers.
         path = self.cfg.stem + ".config.json"
-        mine = self.cfg.fingerprint()
-        if os.path.exists(path):
-            with open(path) as f:
-                theirs = json.load(f)
-            diff = sorted(_diff_keys(theirs, mine))
-            if diff:
-                raise ConfigError(f"{self.cfg.out} was collected with other settings ({path}); differing keys: "
-                                  f"{diff}. Write to another out, or restore those settings to resume.")
-        else:
-            with open(path, "w") as f:
-                json.dump(mine, f, indent=2)
+        changes = check_rerun(path, self.cfg, "collect")
+        if changes:
+            log.info("%s: rerun with %s (allowed: they change only where or how much it collects)", self.cfg.out,
+                     "; ".join(map(str, changes)))
+        save_config(path, self.cfg)
 
     def parent(self, task: Task) -> tuple[float, list[Question]]:
         """The seed harness's mean on the task's scoring questions, and those questions (cached)."""
@@ -327,15 +323,6 @@ class Collector:
 
 def _mean(results: Sequence[JobResult] | None) -> float | None:
     return None if results is None else sum(r.score or 0.0 for r in results) / len(results)
-
-
-def _diff_keys(a, b, prefix: str = "") -> set[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = set()
-        for k in set(a) | set(b):
-            out |= _diff_keys(a.get(k), b.get(k), f"{prefix}{k}.")
-        return out
-    return set() if a == b else {prefix.rstrip(".")}
 
 
 def summarize(rows: Sequence[dict], wanted: set[str], infra: collections.Counter) -> dict:

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from hljax import distributed
 from hljax import sharding as shd
+from hljax.config import check_rerun, save_config
 from hljax.generate.endpoints import Endpoint, GeneratorSpec
 from hljax.tasks.simulated_solver import LABEL as SIMULATED_LABEL
 from hljax.harness import seeds
@@ -138,6 +139,14 @@ def run(cfg: EvalRunConfig) -> dict:
     seed_code = seeds.load(SEED_HARNESS[cfg.tasks.suite])
     protocol = single_revision if cfg.evaluation.protocol == "single" else adaptation_runs
     os.makedirs(cfg.run_dir, exist_ok=True)
+    if distributed.is_main():
+        # Checked at start-up too (preflight); again here, before the file is rewritten, for direct callers.
+        path = os.path.join(cfg.run_dir, "config.json")
+        changes = check_rerun(path, cfg, "evaluate")
+        if changes:
+            log.info("%s: rerun with %s (allowed: they extend the run or change only where it runs)", cfg.run_dir,
+                     "; ".join(map(str, changes)))
+        save_config(path, cfg)
     with Endpoint(solver_spec(cfg), mesh) as solver, \
             SandboxPool(cfg.sandbox, solver.generator, cfg.solver.budget) as pool:
         evalq = {t.name: t.take("eval", cfg.evaluation.eval_questions) for t in mine}

@@ -14,7 +14,6 @@ processes together; metrics, plots, config and the export are written by process
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import shutil
@@ -34,6 +33,7 @@ from hljax import sharding as shd
 from hljax.checkpoint import hf
 from hljax.checkpoint.orbax import TrainCheckpointer
 from hljax.checkpoint.presets import init_model
+from hljax.config import check_rerun, save_config, to_json
 from hljax.generate.engine import Engine, EngineConfig, Request
 from hljax.generate.types import SamplingParams
 from hljax.loop import rewards as rw
@@ -133,14 +133,20 @@ class Trainer:
             start = latest + 1
             log.info("resuming %s at step %d", cfg.run_dir, start)
         self.metrics = mx.MetricsWriter(cfg.run_dir, resume_from_step=start - 1 if latest is not None else -1,
-                                        tensorboard=cfg.log.tensorboard, active=dist.is_main())
+                                        backends=cfg.metrics.backends, wandb_project=cfg.metrics.wandb_project,
+                                        config=to_json(cfg), active=dist.is_main())
         # Every proposal with its reward and advantage; each process writes the rows it sampled.
         name = "rollouts.jsonl" if not self.multi else f"rollouts-p{dist.process_index()}.jsonl"
         self.rollout_log = os.path.join(cfg.run_dir, name)
         mx.truncate_jsonl(self.rollout_log, start - 1)
         if dist.is_main():
-            with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
-                json.dump(_jsonable(dataclasses.asdict(cfg)), f, indent=2)
+            # Checked at start-up too (preflight); again here, before the file is rewritten, for direct callers.
+            path = os.path.join(cfg.run_dir, "config.json")
+            changes = check_rerun(path, cfg, "train")
+            if changes:
+                log.info("%s: rerun with %s (allowed: %s)", cfg.run_dir, "; ".join(map(str, changes)),
+                         "they extend the run or change only where it runs")
+            save_config(path, cfg)
         if cfg.solver.simulated and dist.is_main():
             print(f"solver: {SIMULATED_LABEL}", flush=True)
         # SIGTERM (a scheduler) and SIGINT (Ctrl-C) both checkpoint after the current step and exit.
@@ -207,7 +213,7 @@ class Trainer:
             out["rollouts"] = self.rollout_log
         if cfg.solver.simulated:
             out["solver"] = SIMULATED_LABEL
-        if cfg.log.plots and dist.is_main():
+        if cfg.metrics.plots and dist.is_main():
             title = os.path.basename(cfg.run_dir.rstrip("/"))
             if cfg.solver.simulated:
                 title += " (simulated solver: a stand-in for an LLM)"
@@ -398,12 +404,3 @@ def _sampler_gap(trainer_lp: np.ndarray, sampler_lps, prompts) -> np.ndarray:
     flat = np.concatenate(gaps) if gaps else np.zeros(0)
     return np.array([flat.sum(), flat.size], np.float64)
 
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (str, int, float, bool)) or x is None:
-        return x
-    return str(x)
