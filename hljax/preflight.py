@@ -227,7 +227,7 @@ def check_train_rerun(cfg: RunConfig) -> None:
     GRPO has not begun, since steps are numbered SFT first."""
     path = os.path.join(cfg.run_dir, "config.json")
     more_sft = [c for c in check_rerun(path, cfg, "train") if c.key == "sft.steps"]
-    done = _checkpoint_steps(os.path.join(cfg.run_dir, "checkpoints"))
+    done = checkpoint_steps(os.path.join(cfg.run_dir, "checkpoints"))
     if more_sft and cfg.grpo_steps and done and done[-1] >= more_sft[0].old:
         raise ConfigError(f"{cfg.run_dir} has done GRPO steps (checkpoint {done[-1]}, after sft.steps="
                           f"{more_sft[0].old}): sft.steps {more_sft[0].old} -> {more_sft[0].new} would renumber them: "
@@ -243,7 +243,7 @@ def check_metrics(backends) -> None:
         raise PreflightError(str(e)) from None
 
 
-def _checkpoint_steps(directory: str) -> list[int]:
+def checkpoint_steps(directory: str) -> list[int]:
     """The steps orbax saved under `directory` (its step folders), without loading orbax."""
     if not os.path.isdir(directory):
         return []

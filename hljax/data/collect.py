@@ -52,6 +52,7 @@ from hljax.harness import seeds
 from hljax.loop import rewards
 from hljax.loop.revision import build_state, candidate, score_candidates
 from hljax.seeding import derive_seed
+from hljax.signals import stop_point
 from hljax.tasks.base import Question, Task
 from hljax.tasks.multihop_qa import QAPayload
 from hljax.tasks.reasoning_gym import RGPayload
@@ -166,7 +167,7 @@ class Collector:
         client = ClientConfig(timeout_s=t.timeout_s)
         if t.backend == "embedded_server":
             endpoint = Endpoint(GeneratorSpec("embedded_server", teacher_path, max_batch=t.max_batch,
-                                              max_seq_len=t.max_seq_len), mesh)
+                                              max_seq_len=t.max_seq_len), mesh, name="teacher")
             self._endpoints.append(endpoint)
             url = endpoint.server.url
         else:
@@ -180,12 +181,12 @@ class Collector:
             self.teacher = self._endpoints[0].generator
             self.source = f"teacher:{os.path.basename(os.path.normpath(teacher_path))}"
         else:
-            endpoint = Endpoint(GeneratorSpec("sglang", t.path, url=t.url), mesh)
+            endpoint = Endpoint(GeneratorSpec("sglang", t.path, url=t.url), mesh, name="teacher")
             self._endpoints.append(endpoint)
             self.teacher = endpoint.generator
             self.source = f"teacher:{os.path.basename(os.path.normpath(t.path))}"
         s = cfg.solver
-        solver = Endpoint(s.generator_spec(teacher_path, cfg.seed), mesh)
+        solver = Endpoint(s.generator_spec(teacher_path, cfg.seed), mesh, name="solver")
         self._endpoints.append(solver)
         self.pool = SandboxPool(cfg.sandbox, solver.generator, s.budget)
         self.tasks: list[Task] = build_tasks(cfg.tasks, cfg.seed)
@@ -228,6 +229,7 @@ class Collector:
             ids = [row_id(task.name, r, k) for k in range(cfg.proposals)]
             if all(i in done for i in ids):
                 continue
+            stop_point(f"{bar.n} of {total} proposals written")  # Between states: every row so far is on disk.
             for row in self._unit(task, r, skip={k for k, i in enumerate(ids) if i in done}):
                 if row is None:
                     infra[task.name] += 1

@@ -31,6 +31,7 @@ from hljax.loop.adapt import judge, propose, question_scores, run_adaptation
 from hljax.loop.revision import build_state
 from hljax.loop.run_config import EvalRunConfig, ProposerEntry
 from hljax.seeding import derive_seed
+from hljax.signals import stop_point
 from hljax.tasks.base import Question, Task
 from hljax.tasks.jobs import run_codes
 from hljax.tasks.suite import SEED_HARNESS, build_tasks
@@ -147,15 +148,17 @@ def run(cfg: EvalRunConfig) -> dict:
             log.info("%s: rerun with %s (allowed: they extend the run or change only where it runs)", cfg.run_dir,
                      "; ".join(map(str, changes)))
         save_config(path, cfg)
-    with Endpoint(solver_spec(cfg), mesh) as solver, \
+    with Endpoint(solver_spec(cfg), mesh, name="solver") as solver, \
             SandboxPool(cfg.sandbox, solver.generator, cfg.solver.budget) as pool:
         evalq = {t.name: t.take("eval", cfg.evaluation.eval_questions) for t in mine}
         for task in tqdm(mine, desc="seed harness"):
+            stop_point("the seed harness's held-out scores so far are kept")
             eval_scores(pool, task, os.path.join(cfg.run_dir, "seed", task_dir(task)), {rec.SEED_ID: seed_code},
                         evalq[task.name])
         for entry in cfg.proposers:
-            with Endpoint(proposer_spec(cfg, entry), mesh) as proposer:
+            with Endpoint(proposer_spec(cfg, entry), mesh, name=f"proposer {entry.label}") as proposer:
                 for task in tqdm(mine, desc=f"proposer {entry.label}"):
+                    stop_point(f"proposer {entry.label}: the tasks done so far are kept")
                     directory = os.path.join(cfg.run_dir, entry.label, task_dir(task))
                     if cfg.evaluation.protocol == "single":
                         directory = os.path.join(directory, "single")
