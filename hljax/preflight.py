@@ -85,8 +85,6 @@ def checkpoint_bytes(params: int, param_dtype: str, keep: int) -> tuple[int, str
 def check_model_dir(path: str, key: str = "model.path", fix: str = ""):
     """`path` is an HF folder whose config.json has a supported model_type, with safetensors weights.
     `key` names the setting in messages; `fix` replaces the default advice. -> its ModelConfig."""
-    from hljax.models.config import SUPPORTED_MODEL_TYPES, ModelConfig  # jax: after the cheap checks
-
     fix = fix or f"give --config.{key} an HF Qwen3 or Qwen3.5 folder (config.json + safetensors)"
     if not os.path.isdir(path):
         raise PreflightError(f"{key}={path!r}: no such directory: {fix}")
@@ -98,6 +96,8 @@ def check_model_dir(path: str, key: str = "model.path", fix: str = ""):
             model_type = json.load(f).get("model_type")
     except (OSError, ValueError, AttributeError) as e:
         raise PreflightError(f"{config_file}: not a JSON object ({one_line(e, 200)}): {fix}") from None
+    from hljax.models.config import SUPPORTED_MODEL_TYPES, ModelConfig  # JAX: only past the cheap checks.
+
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise PreflightError(f"{config_file}: model_type={model_type!r} is not supported (supported: "
                              f"{', '.join(SUPPORTED_MODEL_TYPES)}): {fix}")
@@ -339,7 +339,8 @@ def collect(cfg: CollectConfig) -> list[str]:
 def serve(model: str, host: str, port: int) -> list[str]:
     """launch.serve: the model folder, and the port is free."""
     fix = "give --model an HF Qwen3 or Qwen3.5 folder (config.json + safetensors)"
-    return [_timed("model", check_model_dir, model, "--model", fix), _timed("port", check_port_free, host, port)]
+    # The port first: it needs no import, and a port in use is the commoner mistake on a shared host.
+    return [_timed("port", check_port_free, host, port), _timed("model", check_model_dir, model, "--model", fix)]
 
 
 # ----- helpers -----

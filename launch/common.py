@@ -63,10 +63,10 @@ def devices() -> str:
     """"8 x cpu", "1 x gpu (NVIDIA H200)": the JAX devices this process sees."""
     import jax
 
-    local = jax.local_devices()
-    kind = local[0].device_kind if local else "?"
+    first = jax.local_devices()[0]
+    kind = f" ({first.device_kind})" if first.device_kind != first.platform else ""
     where = f" on {jax.process_count()} processes" if jax.process_count() > 1 else ""
-    return f"{len(jax.devices())} x {local[0].platform if local else '?'} ({kind}){where}"
+    return f"{len(jax.devices())} x {first.platform}{kind}{where}"
 
 
 def sandbox(config) -> str:

@@ -137,6 +137,7 @@ class Trainer:
                 raise RuntimeError(f"checkpoint stage {meta.get('stage')} does not match step {latest}")
             self._states_seen = set(meta.get("states_seen", ()))
             start = latest + 1
+            self._saved = latest
             log.info("resuming %s at step %d", cfg.run_dir, start)
         self.metrics = mx.MetricsWriter(cfg.run_dir, resume_from_step=start - 1 if latest is not None else -1,
                                         backends=cfg.metrics.backends, wandb_project=cfg.metrics.wandb_project,
@@ -152,11 +153,13 @@ class Trainer:
             if start == 0 and cfg.sft_steps and cfg.sft.eval_rows:
                 summary["validity_before_sft"] = self._sft_validity("before")
             for stage, first, last in self._stages(start):
+                if stage == "grpo" and first == cfg.sft_steps and cfg.sft_steps:  # SFT is done, GRPO starts.
+                    self._after_sft(summary)
                 name = stage.upper()
                 bar = tqdm(range(first, last), desc=name, initial=first - self._stage_start(stage),
                            total=last - self._stage_start(stage), unit="step", disable=not dist.is_main())
                 for step in bar:
-                    m = self._step(step, stage, summary)
+                    m = self._step(step, stage)
                     bar.set_postfix({k: f"{m[k]:.3g}" for k in ("loss", "reward/mean") if k in m})
                 bar.close()
             if cfg.sft_steps and not cfg.grpo_steps and cfg.sft.eval_rows and "validity_after_sft" not in summary:
@@ -181,16 +184,18 @@ class Trainer:
         spans = [("sft", 0, cfg.sft_steps), ("grpo", cfg.sft_steps, cfg.sft_steps + cfg.grpo_steps)]
         return [(stage, max(a, start), b) for stage, a, b in spans if b > max(a, start)]
 
-    def _step(self, step: int, stage: str, summary: dict) -> dict:
+    def _after_sft(self, summary: dict) -> None:
+        cfg = self.cfg
+        if cfg.sft.eval_rows:
+            summary["validity_after_sft"] = self._sft_validity("after")
+        # The KL reference of a GRPO stage that follows SFT is the SFT proposer (loaded from here).
+        if cfg.export.after_sft or cfg.loss.beta > 0:
+            self._export("export-sft")
+
+    def _step(self, step: int, stage: str) -> dict:
         """One step with its metrics row and checkpoint; raises Preempted once a stop signal arrived."""
         cfg = self.cfg
         total = cfg.sft_steps + cfg.grpo_steps
-        if step == cfg.sft_steps and cfg.sft_steps and cfg.grpo_steps:  # SFT is done, GRPO starts.
-            if cfg.sft.eval_rows:
-                summary["validity_after_sft"] = self._sft_validity("after")
-            # The KL reference of a GRPO stage that follows SFT is the SFT proposer (loaded from here).
-            if cfg.export.after_sft or cfg.loss.beta > 0:
-                self._export("export-sft")
         self._make_optimizer(stage)
         try:
             m = self._sft_step(step) if stage == "sft" else self._grpo_step(step)
