@@ -157,7 +157,7 @@ def test_model_dir_and_serve_checks(tmp_path):
         s.listen()
         with pytest.raises(preflight.PreflightError, match=f"cannot listen on 127.0.0.1:{port}"):
             preflight.serve(good, "127.0.0.1", port)
-    assert [d.split()[0] for d in preflight.serve(good, "127.0.0.1", port)] == ["model", "port"]
+    assert [d.split()[0] for d in preflight.serve(good, "127.0.0.1", port)] == ["port", "model"]
     os.remove(os.path.join(good, "model.safetensors"))
     with pytest.raises(preflight.PreflightError, match="no model.safetensors"):
         preflight.check_model_dir(good)
