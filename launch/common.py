@@ -122,10 +122,21 @@ def exit_on_stop(tag: str = ""):
         yield
     except Stopped as e:
         print(f"\n== stopped == {tag}{e}", flush=True)
-        sys.exit(e.exit_code)
+        _exit_now(e.exit_code)
     except KeyboardInterrupt:
         print(f"\n== interrupted == {tag}a second Ctrl-C: quit without saving what was under way", flush=True)
-        sys.exit(130)
+        _exit_now(130)
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Exit without the interpreter's teardown. What the run wrote is closed by now (the `with` blocks
+    and `finally`s ran); a daemon thread still inside XLA (an embedded server compiling its first
+    step when a signal ended the wait for it) would abort a normal exit ("FATAL: exception not
+    rethrown", exit 134) instead of giving `code`."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @contextlib.contextmanager

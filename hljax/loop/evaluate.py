@@ -3,7 +3,8 @@
 Layout under run_dir: `<label>/<task>/<single|run{k}>/` holds a `records.RunStore` (rounds.jsonl,
 harnesses/) plus `eval.json` (held-out scores of the harnesses that matter, by id, and the
 evaluation question ids), and `report.html`; `seed/<task>/eval.json` holds the seed row. Every
-piece is written as it finishes and reused when found, so an interrupted evaluation resumes.
+piece is written as it finishes and reused when found, so an interrupted evaluation resumes;
+`config.json` keeps the config, and a rerun may only extend it (hljax.config.RERUN_CHANGES).
 
 Held-out scores always come from the eval split, which is disjoint from feedback and scoring
 questions by construction; invalid proposals score 0 there.

@@ -155,6 +155,10 @@ class Trainer:
             for stage, first, last in self._stages(start):
                 if stage == "grpo" and first == cfg.sft_steps and cfg.sft_steps:  # SFT is done, GRPO starts.
                     self._after_sft(summary)
+                if stage == "grpo":
+                    # Servers start here, while the optimiser is still the previous step's: a signal that
+                    # ends their wait can checkpoint that step.
+                    self._stoppable(first, lambda: self._open_rollouts(first))
                 name = stage.upper()
                 bar = tqdm(range(first, last), desc=name, initial=first - self._stage_start(stage),
                            total=last - self._stage_start(stage), unit="step", disable=not dist.is_main())
@@ -197,30 +201,31 @@ class Trainer:
         cfg = self.cfg
         total = cfg.sft_steps + cfg.grpo_steps
         self._make_optimizer(stage)
-        try:
-            m = self._sft_step(step) if stage == "sft" else self._grpo_step(step)
-        except Stopped as e:
-            # A signal ended a wait inside the step (a server's start) before it trained: the step
-            # before it is the one to keep (the last SFT step always is, so its optimiser matches).
-            if self._saved < step - 1 and self._stage_of(step - 1) == self.stage:
-                self._save(step - 1)
-            self.checkpointer.wait()
-            saved = f"saved step {self._saved}" if self._saved >= 0 else "no step done yet"
-            raise Preempted(f"{e} ({saved})", e.signum) from None
+        m = self._stoppable(step, lambda: self._sft_step(step) if stage == "sft" else self._grpo_step(step))
         m["stage"] = stage
         if cfg.solver.simulated:
             m["solver"] = "simulated"  # Every row says its scores come from the stand-in solver.
         self.metrics.write(step, m)
         # A SIGTERM that reached any process stops all of them at the same step.
         self._stop = bool(dist.allgather(np.int32(self._signals.requested)).any())
-        # The last SFT step is kept whatever the cadence: the optimiser changes there.
-        boundary = step == cfg.sft_steps - 1 and cfg.grpo_steps
-        if (step + 1) % cfg.checkpoint.every == 0 or step == total - 1 or boundary or self._stop:
+        if (step + 1) % cfg.checkpoint.every == 0 or step == total - 1 or self._stop:
             self._save(step)
         if self._stop:
             self.checkpointer.wait()
             raise Preempted(f"{self._signals.stopped(f'saved step {step}')}", self._signals.signum or signal.SIGTERM)
         return m
+
+    def _stoppable(self, step: int, work):
+        """`work()` for step `step`. A stop signal that ends a wait inside it (a server's start, a state
+        refresh) comes before the step trains: step - 1 is checkpointed if it was not, and the run stops."""
+        try:
+            return work()
+        except Stopped as e:
+            if self._saved < step - 1 and self._stage_of(step - 1) == self.stage:
+                self._save(step - 1)
+            self.checkpointer.wait()
+            saved = f"saved step {self._saved}" if self._saved >= 0 else "no step done yet"
+            raise Preempted(f"{e} ({saved})", e.signum) from None
 
     def _save(self, step: int) -> None:
         self._saved = step
@@ -304,20 +309,26 @@ class Trainer:
 
     # ----- GRPO -----
 
+    def _open_rollouts(self, step: int) -> None:
+        """The proposer and solver endpoints, the sandbox and the state pool, once, before GRPO step `step`."""
+        cfg = self.cfg
+        if self.rollouts is not None:
+            return
+        self.rollouts = Rollouts(
+            cfg.rollout.generator_spec(self.init_path, cfg.model.dtype),
+            cfg.solver.generator_spec(self.init_path, cfg.seed), cfg.solver.budget, grpo=cfg.grpo,
+            states=cfg.states, tasks=cfg.tasks, sandbox=cfg.sandbox, reward=cfg.reward, prompt=cfg.prompt,
+            seed=cfg.seed, first_step=cfg.sft_steps, sync_dtype=cfg.model.param_dtype,
+            sync_dir=cfg.rollout.sync_dir or os.path.join(cfg.run_dir, "sync"),
+            states_dir=os.path.join(cfg.run_dir, "states"), tokenizer=self.tokenizer, mesh=self.local_mesh,
+            enable_thinking=cfg.model.enable_thinking)
+        self.rollouts.sync(self._host_model(), version=str(step))  # Resumed or post-SFT weights.
+        if cfg.loss.beta > 0:
+            self.ref_model = hf.load_hf(self._reference_path(), self.mesh, dtype=getattr(jnp, cfg.model.dtype))
+
     def _grpo_step(self, step: int) -> dict:
         cfg, g = self.cfg, self.cfg.grpo
-        if self.rollouts is None:
-            self.rollouts = Rollouts(
-                cfg.rollout.generator_spec(self.init_path, cfg.model.dtype),
-                cfg.solver.generator_spec(self.init_path, cfg.seed), cfg.solver.budget, grpo=cfg.grpo,
-                states=cfg.states, tasks=cfg.tasks, sandbox=cfg.sandbox, reward=cfg.reward, prompt=cfg.prompt,
-                seed=cfg.seed, first_step=cfg.sft_steps, sync_dtype=cfg.model.param_dtype,
-                sync_dir=cfg.rollout.sync_dir or os.path.join(cfg.run_dir, "sync"),
-                states_dir=os.path.join(cfg.run_dir, "states"), tokenizer=self.tokenizer, mesh=self.local_mesh,
-                enable_thinking=cfg.model.enable_thinking)
-            self.rollouts.sync(self._host_model(), version=str(step))  # Resumed or post-SFT weights.
-            if cfg.loss.beta > 0:
-                self.ref_model = hf.load_hf(self._reference_path(), self.mesh, dtype=getattr(jnp, cfg.model.dtype))
+        self._open_rollouts(step)
         B = g.prompts_per_step * g.group_size
         rows = process_rows(self.mesh, B, g.micro_batches)
         slots = _slots(rows, g.group_size)
