@@ -33,6 +33,10 @@ EXTRAS = {
         "pytest-timeout>=2.3",
         "hypothesis>=6.100",
     ],
+    # The TensorBoard viewer of run_dir/tensorboard (the event files are written by tensorboardX).
+    "tb": ["tensorboard>=2.16"],
+    # metrics.backends=(..., "wandb"): Weights & Biases, never required.
+    "wandb": ["wandb>=0.17"],
     # Real SGLang rollouts on accelerators only: it pulls CUDA torch, never install it on CPU.
     "sglang": ["sglang[all]"],
 }

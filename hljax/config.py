@@ -13,6 +13,8 @@ Also here: the specs shared by training (hljax/rl/run_config.py), adaptation and
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import types
 import typing
 from typing import TYPE_CHECKING, Any, Literal
@@ -233,3 +235,153 @@ class TaskSpec:
     eval: int = 64  # Size of the evaluation split.
     pool_size: int = 5000  # Questions generated per family before splitting.
     formats: tuple[str, ...] = ()  # Answer formats; () = all.
+
+
+# ----- a run dir remembers its config -----
+
+ANY, GROW = "any", "grow"
+
+# What a rerun on a run dir (or a collection's output) may change from the config saved there; any
+# other change is refused, since the files already there were computed under the saved values. ANY:
+# where and how the run executes, not what it computes (servers, devices, worker counts, checkpoint
+# cadence, logging, plots). GROW: a longer run of the same thing; a number may only increase, a tuple
+# may only gain entries. A key ending in "." covers its whole block. Keys are `--config.` keys.
+RERUN_CHANGES: dict[str, dict[str, str]] = {
+    "train": {
+        "run_dir": ANY, "distributed.": ANY, "mesh.": ANY, "checkpoint.": ANY, "metrics.": ANY, "export.": ANY,
+        "rollout.url": ANY, "rollout.sync_dir": ANY, "rollout.max_batch": ANY,
+        "solver.url": ANY, "solver.max_batch": ANY,
+        "sandbox.workers": ANY, "sandbox.slots_per_worker": ANY, "sandbox.bwrap": ANY, "sandbox.start_timeout_s": ANY,
+        # Steps are numbered globally (SFT first), so more SFT steps are refused once GRPO has begun
+        # (preflight.train reads the checkpoints for that).
+        "sft.steps": GROW, "grpo.steps": GROW,
+    },
+    "evaluate": {
+        "run_dir": ANY, "distributed.": ANY, "mesh.": ANY, "report.": ANY,
+        "proposer.max_batch": ANY, "solver.url": ANY, "solver.max_batch": ANY,
+        "sandbox.workers": ANY, "sandbox.slots_per_worker": ANY, "sandbox.bwrap": ANY, "sandbox.start_timeout_s": ANY,
+        # Each task's results sit in their own folder: a rerun may cover other families.
+        "tasks.families": ANY,
+        "adapt.rounds": GROW, "adapt.runs": GROW, "proposers": GROW,
+        # Turning it on adds each proposer's "+history" row beside the rows already there.
+        "evaluation.compare_history": GROW,
+    },
+    "collect": {
+        "out": ANY, "run_dir": ANY, "rounds": ANY, "mesh.": ANY, "sandbox.": ANY, "tasks.families": ANY,
+        "teacher.url": ANY, "teacher.api_key_env": ANY, "teacher.timeout_s": ANY, "teacher.max_batch": ANY,
+        "teacher.max_seq_len": ANY, "solver.url": ANY, "solver.max_batch": ANY, "solver.max_seq_len": ANY,
+    },
+}
+
+
+# What to do instead, when a rerun is refused.
+RERUN_FIX = {"train": "give --config.run_dir=<a new dir> for a new run",
+             "evaluate": "give --config.run_dir=<a new dir> for a new run",
+             "collect": "give --config.out=<a new file> for a new collection"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    key: str  # The `--config.` key.
+    old: Any
+    new: Any
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.old!r} -> {self.new!r}"
+
+
+def to_json(cfg) -> dict:
+    """A config dataclass as the JSON a run dir keeps (config.json)."""
+    return _jsonable(dataclasses.asdict(cfg))
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return str(x)
+
+
+def config_changes(cls, saved: dict, current: dict) -> list[Change]:
+    """Keys whose value differs between two `to_json` dicts of config class `cls`. A key the saved
+    one lacks counts as its default (the field is newer than the run); one only it has (a field
+    since removed) is ignored."""
+    default = _flatten(cls, _default_json(cls))
+    old, new = _flatten(cls, saved), _flatten(cls, current)
+    return [Change(k, old.get(k, default.get(k)), v) for k, v in new.items() if old.get(k, default.get(k)) != v]
+
+
+def rule(kind: str, key: str) -> str | None:
+    """RERUN_CHANGES' rule for `key` in a `kind` run (ANY, GROW, or None: refused)."""
+    table = RERUN_CHANGES[kind]
+    if key in table:
+        return table[key]
+    blocks = [k for k in table if k.endswith(".") and key.startswith(k)]
+    return table[max(blocks, key=len)] if blocks else None
+
+
+def allowed(kind: str, change: Change) -> bool:
+    r = rule(kind, change.key)
+    if r == GROW:
+        if isinstance(change.old, list) and isinstance(change.new, list):
+            return all(v in change.new for v in change.old)
+        return isinstance(change.old, (int, float)) and isinstance(change.new, (int, float)) and change.new >= change.old
+    return r == ANY
+
+
+def check_rerun(path: str, cfg, kind: str) -> list[Change]:
+    """Compare `cfg` with the config saved at `path` (if any): a change RERUN_CHANGES[kind] does not
+    allow is a ConfigError naming every such key with its old and new value, and RERUN_FIX[kind].
+    -> the allowed changes. Writes nothing: the caller saves the config once the check passed."""
+    fix = RERUN_FIX[kind]
+    if not os.path.exists(path):
+        return []
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: cannot read the config this run was started with ({e}): {fix}") from None
+    changes = config_changes(type(cfg), saved, to_json(cfg))
+    refused = [c for c in changes if not allowed(kind, c)]
+    if refused:
+        raise ConfigError(f"{os.path.dirname(path) or '.'} holds a run made with another config ({path}): "
+                          f"{'; '.join(map(str, refused))}. These change what it computes: {fix}, or restore "
+                          "those values to resume it")
+    return [c for c in changes if allowed(kind, c)]
+
+
+def save_config(path: str, cfg) -> None:
+    """Write `cfg` as `path` (atomically: a kill mid-write leaves the previous one)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(to_json(cfg), f, indent=2)
+    os.replace(tmp, path)
+
+
+def _default_json(cls) -> dict:
+    out = {}
+    for f in dataclasses.fields(cls):
+        try:
+            value = _field_default(cls, f)
+        except TypeError:
+            continue
+        out[f.name] = _jsonable(dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value)
+    return out
+
+
+def _flatten(cls, d: dict, prefix: str = "", flat: bool = False) -> dict:
+    """A `to_json` dict -> {`--config.` key: value}; FLAT blocks' keys sit in their parent's block."""
+    out = {}
+    hints = typing.get_type_hints(cls) if dataclasses.is_dataclass(cls) else {}
+    fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+    for k, v in d.items():
+        hint = hints.get(k)
+        if isinstance(v, dict) and hint is not None and dataclasses.is_dataclass(hint):
+            inner = flat or bool(fields[k].metadata.get(FLAT))
+            out.update(_flatten(hint, v, prefix if inner else f"{prefix}{k}.", inner))
+        elif k in fields or not fields:
+            out[f"{prefix}{k}"] = v
+    return out

@@ -1,11 +1,14 @@
-"""Run metrics: one JSON line per step, TensorBoard event files, PNG plots at the end.
+"""Run metrics: one JSON line per step, TensorBoard event files, optionally Weights & Biases, PNG plots.
 
 Appending (not rewriting) the JSONL keeps everything written before a crash; a resumed run drops
-the lines of steps it is about to redo, so the file holds each step once.
+the lines of steps it is about to redo, so the file holds each step once. The other backends are
+viewers of the same rows (`BACKENDS`); their packages are imported only when named.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -26,24 +29,59 @@ MAIN_CURVES = (
 )
 
 
+# Backend name -> (the module it imports, the pip extra that installs it). "jsonl" is always on:
+# curves.png, resume and the summary read metrics.jsonl.
+BACKENDS = {"jsonl": ("json", ""), "tensorboard": ("tensorboardX", ""), "wandb": ("wandb", "wandb")}
+
+
+def check_backends(backends, key: str = "metrics.backends", installed: bool = True) -> None:
+    """Every name in `backends` is known, "jsonl" among them, and (`installed`) its package importable;
+    ValueError naming the fix if not."""
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise ValueError(f"{key}: unknown backend(s) {unknown}; valid: {sorted(BACKENDS)}")
+    if "jsonl" not in backends:
+        raise ValueError(f"{key}={tuple(backends)} must include 'jsonl' (curves.png, resume and the summary read "
+                         "metrics.jsonl)")
+    for b in backends if installed else ():
+        module, extra = BACKENDS[b]
+        if importlib.util.find_spec(module) is None:
+            how = f"pip install -e '.[{extra}]'" if extra else f"pip install {module}"
+            raise ValueError(f"{key} names {b!r}, but the {module} package is not installed: {how}, or drop "
+                             f"{b!r} from {key}")
+
+
 class MetricsWriter:
-    def __init__(self, directory: str, *, resume_from_step: int | None = None, tensorboard: bool = True,
-                 active: bool = True):
+    def __init__(self, directory: str, *, resume_from_step: int | None = None,
+                 backends: tuple[str, ...] = ("jsonl", "tensorboard"), wandb_project: str = "hljax",
+                 config: dict | None = None, active: bool = True):
         """active=False (every process but the first of a multi-process run): write nothing, so the
-        run's files are written once; `jsonl` still names the file process 0 writes."""
+        run's files are written once; `jsonl` still names the file process 0 writes. `config`: what a
+        W&B run records as its config."""
         self.directory = directory
         self.jsonl = os.path.join(directory, "metrics.jsonl")
+        self.tensorboard = os.path.join(directory, "tensorboard") if "tensorboard" in backends else None
         self.active = active
         self._tb = None
+        self._wandb = None
         if not active:
             return
+        check_backends(backends)
         os.makedirs(directory, exist_ok=True)
         if resume_from_step is not None:
             truncate_jsonl(self.jsonl, resume_from_step)
-        if tensorboard:
+        if self.tensorboard:
             from tensorboardX import SummaryWriter
 
-            self._tb = SummaryWriter(os.path.join(directory, "tensorboard"), flush_secs=10)
+            self._tb = SummaryWriter(self.tensorboard, flush_secs=10)
+        if "wandb" in backends:
+            import wandb
+
+            # The run's folder is its id: a resumed run continues the same W&B run.
+            where = os.path.abspath(directory)
+            run_id = f"{os.path.basename(where)}-{hashlib.sha1(where.encode()).hexdigest()[:8]}"
+            self._wandb = wandb.init(project=wandb_project, name=os.path.basename(where), id=run_id,
+                                     resume="allow", dir=directory, config=config)
 
     def write(self, step: int, metrics: Mapping[str, float | int | str]) -> None:
         if not self.active:
@@ -55,10 +93,14 @@ class MetricsWriter:
             for k, v in row.items():
                 if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
                     self._tb.add_scalar(k, v, step)
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in row.items() if k != "step"}, step=step)
 
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
 
 
 def truncate_jsonl(path: str, last_step: int) -> None:

@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Iterable
 
+from hljax.config import RERUN_FIX, ConfigError, check_rerun
 from sandbox.config import SandboxConfig
 
 if TYPE_CHECKING:
@@ -84,8 +85,6 @@ def checkpoint_bytes(params: int, param_dtype: str, keep: int) -> tuple[int, str
 def check_model_dir(path: str, key: str = "model.path", fix: str = ""):
     """`path` is an HF folder whose config.json has a supported model_type, with safetensors weights.
     `key` names the setting in messages; `fix` replaces the default advice. -> its ModelConfig."""
-    from hljax.models.config import SUPPORTED_MODEL_TYPES, ModelConfig  # jax: after the cheap checks
-
     fix = fix or f"give --config.{key} an HF Qwen3 or Qwen3.5 folder (config.json + safetensors)"
     if not os.path.isdir(path):
         raise PreflightError(f"{key}={path!r}: no such directory: {fix}")
@@ -97,6 +96,8 @@ def check_model_dir(path: str, key: str = "model.path", fix: str = ""):
             model_type = json.load(f).get("model_type")
     except (OSError, ValueError, AttributeError) as e:
         raise PreflightError(f"{config_file}: not a JSON object ({one_line(e, 200)}): {fix}") from None
+    from hljax.models.config import SUPPORTED_MODEL_TYPES, ModelConfig  # JAX: only past the cheap checks.
+
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise PreflightError(f"{config_file}: model_type={model_type!r} is not supported (supported: "
                              f"{', '.join(SUPPORTED_MODEL_TYPES)}): {fix}")
@@ -221,12 +222,41 @@ def check_sandbox(config: SandboxConfig) -> None:
         raise PreflightError(f"the sandbox started but a trivial job failed ({one_line(detail, 300)}): {fix}")
 
 
+def check_train_rerun(cfg: RunConfig) -> None:
+    """A rerun on a run_dir keeps its config (hljax.config.RERUN_CHANGES); more SFT steps only while
+    GRPO has not begun, since steps are numbered SFT first."""
+    path = os.path.join(cfg.run_dir, "config.json")
+    more_sft = [c for c in check_rerun(path, cfg, "train") if c.key == "sft.steps"]
+    done = checkpoint_steps(os.path.join(cfg.run_dir, "checkpoints"))
+    if more_sft and cfg.grpo_steps and done and done[-1] >= more_sft[0].old:
+        raise ConfigError(f"{cfg.run_dir} has done GRPO steps (checkpoint {done[-1]}, after sft.steps="
+                          f"{more_sft[0].old}): sft.steps {more_sft[0].old} -> {more_sft[0].new} would renumber them: "
+                          f"{RERUN_FIX['train']}")
+
+
+def check_metrics(backends) -> None:
+    from hljax.metrics import check_backends
+
+    try:
+        check_backends(backends)
+    except ValueError as e:
+        raise PreflightError(str(e)) from None
+
+
+def checkpoint_steps(directory: str) -> list[int]:
+    """The steps orbax saved under `directory` (its step folders), without loading orbax."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(int(n) for n in os.listdir(directory) if n.isdigit())
+
+
 # ----- what each launcher needs -----
 
 
 def train(cfg: RunConfig) -> list[str]:
     """launch.train: run_dir, data files, models, servers, disk, sandbox. -> what was checked."""
-    done = [_timed("run_dir", check_run_dir, cfg.run_dir)]
+    done = [_timed("run_dir", check_run_dir, cfg.run_dir), _timed("run_dir config", check_train_rerun, cfg),
+            _timed("metrics.backends", check_metrics, cfg.metrics.backends)]
     if cfg.sft_steps:
         done.append(_timed("sft.data", check_file, cfg.sft.data, "sft.data", "the SFT JSONL"))
     if cfg.grpo_steps and cfg.tasks.suite == "multihop_qa":
@@ -256,7 +286,8 @@ def train(cfg: RunConfig) -> list[str]:
 
 def evaluate(cfg: EvalRunConfig) -> list[str]:
     """launch.adapt and launch.evaluate: run_dir, QA files, proposers, solver, sandbox."""
-    done = [_timed("run_dir", check_run_dir, cfg.run_dir)]
+    done = [_timed("run_dir", check_run_dir, cfg.run_dir),
+            _timed("run_dir config", check_rerun, os.path.join(cfg.run_dir, "config.json"), cfg, "evaluate")]
     if cfg.tasks.suite == "multihop_qa":
         done.append(_timed("tasks.qa_files", check_qa_files, cfg.tasks.qa_files, cfg.tasks.qa_aliases))
     for entry in cfg.proposers:
@@ -287,7 +318,8 @@ def _solver_and_sandbox(solver, sandbox) -> list[str]:
 
 def collect(cfg: CollectConfig) -> list[str]:
     """launch.collect: run_dir and the output's folder, QA files, teacher, solver, sandbox."""
-    done = [_timed("run_dir", check_run_dir, cfg.run_dir), _timed("out", check_run_dir, os.path.dirname(cfg.out) or ".", "out")]
+    done = [_timed("run_dir", check_run_dir, cfg.run_dir), _timed("out", check_run_dir, os.path.dirname(cfg.out) or ".", "out"),
+            _timed("out config", check_rerun, cfg.stem + ".config.json", cfg, "collect")]
     if cfg.tasks.suite == "multihop_qa":
         done.append(_timed("tasks.qa_files", check_qa_files, cfg.tasks.qa_files, cfg.tasks.qa_aliases))
     teacher = cfg.teacher
@@ -307,7 +339,8 @@ def collect(cfg: CollectConfig) -> list[str]:
 def serve(model: str, host: str, port: int) -> list[str]:
     """launch.serve: the model folder, and the port is free."""
     fix = "give --model an HF Qwen3 or Qwen3.5 folder (config.json + safetensors)"
-    return [_timed("model", check_model_dir, model, "--model", fix), _timed("port", check_port_free, host, port)]
+    # The port first: it needs no import, and a port in use is the commoner mistake on a shared host.
+    return [_timed("port", check_port_free, host, port), _timed("model", check_model_dir, model, "--model", fix)]
 
 
 # ----- helpers -----

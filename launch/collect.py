@@ -10,7 +10,8 @@ import logging
 from absl import flags
 from ml_collections import config_flags
 
-from launch.common import define_verbose_flag, run_absl, setup_logging, start_up, verbose
+from launch.common import (define_verbose_flag, print_summary, run_absl, setup_logging, start_up, stop_on_signals,
+                           verbose)
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Collector config file (configs/collect_*.py)"
@@ -30,11 +31,12 @@ def main(argv):
         checked = preflight.collect(cfg)
     setup_logging()
     logging.getLogger(__name__).info("preflight passed: %s", ", ".join(checked))
-    with Collector(cfg) as collector:
-        summary = collector.run()
-    print("\n== collection finished ==")
-    print(format_summary(summary))
-    print(f"\nkept rows: {cfg.out}\nrejected rows: {cfg.rejected_path}\nsummary: {cfg.stem}.summary.json")
+    with stop_on_signals("stopping after the current state's proposals"), Collector(cfg) as collector:
+        summary = collector.run()  # Rows are written one at a time; a rerun skips them.
+    # A collection that kept nothing wrote no kept-rows file: only what exists is listed.
+    print_summary("collection finished", {}, {"kept rows": cfg.out, "rejected rows": cfg.rejected_path,
+                                              "summary": f"{cfg.stem}.summary.json",
+                                              "config": f"{cfg.stem}.config.json"}, table=format_summary(summary))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 import sys
-from typing import Callable, NoReturn
+from typing import Callable, Mapping, NoReturn
 
 from hljax.preflight import PreflightError, one_line
 
@@ -23,7 +23,10 @@ EXIT_START_UP = 2  # A bad input found at start-up (as argparse and usage errors
 def setup_logging(tag: str = "") -> None:
     """`tag`: prefixed to every line, e.g. "[p1/2] " in a multi-process run."""
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s")
-    for noisy in ("absl", "jax", "orbax", "httpx"):
+    # Library chatter (checkpoint paths, compilation-cache notes, every HTTP request) stays out of the
+    # console; their warnings still show.
+    for noisy in ("absl", "jax", "jaxlib", "orbax", "etils", "httpx", "httpcore", "urllib3", "matplotlib",
+                  "PIL", "filelock", "transformers", "tensorboardX", "reasoning_gym"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -36,6 +39,113 @@ def print_results(title: str, summary: dict) -> None:
         print(f.read())
     for key, value in summary.items():
         print(f"{key:>12}: {value}")
+
+
+def print_banner(lines: Mapping[str, str]) -> None:
+    """What a run is about to do, before anything slow: one `name: value` line each."""
+    width = max(map(len, lines), default=0)
+    print(f"== {program()} ==")
+    for key, value in lines.items():
+        print(f"{key:>{width}}: {value}")
+    sys.stdout.flush()
+
+
+def config_source(flag: str = "config") -> str:
+    """The config file and the overrides on the command line, as given."""
+    from absl import flags
+    from ml_collections import config_flags
+
+    overrides = [a for a in sys.argv[1:] if a.lstrip("-").startswith(f"{flag}.")]
+    return " ".join([config_flags.get_config_filename(flags.FLAGS[flag]), *overrides])
+
+
+def devices() -> str:
+    """"8 x cpu", "1 x gpu (NVIDIA H200)": the JAX devices this process sees."""
+    import jax
+
+    first = jax.local_devices()[0]
+    kind = f" ({first.device_kind})" if first.device_kind != first.platform else ""
+    where = f" on {jax.process_count()} processes" if jax.process_count() > 1 else ""
+    return f"{len(jax.devices())} x {first.platform}{kind}{where}"
+
+
+def sandbox(config) -> str:
+    """Which sandbox runs harness code: the bwrap binary and its version, or rlimits only."""
+    from sandbox.isolation import SandboxUnavailable, bwrap_path, bwrap_version
+
+    if config.isolation != "bwrap":
+        return f"{config.isolation} (not a sandbox for root)"
+    try:
+        path = bwrap_path(config.bwrap)
+    except SandboxUnavailable as e:
+        return str(e)
+    return f"bwrap {path} ({bwrap_version(path)})" if path else "no bwrap found"
+
+
+def solver(spec) -> str:
+    """A SolverSpec in a few words."""
+    if spec.simulated:
+        from hljax.tasks.simulated_solver import LABEL
+
+        return LABEL
+    if spec.backend == "sglang":
+        return f"SGLang server {spec.url} ({spec.path})"
+    return f"embedded JAX engine on {spec.path or 'the initial proposer weights'}"
+
+
+def existing(outputs: Mapping[str, str]) -> dict[str, str]:
+    """The entries of `outputs` (name -> path) whose path exists ("" = not written)."""
+    return {k: p for k, p in outputs.items() if p and os.path.exists(p)}
+
+
+def print_summary(title: str, values: Mapping[str, object], outputs: Mapping[str, str], table: str = "") -> None:
+    """The end of a run: `table`, `values` (scores, labels), then each output that exists, one a line."""
+    print(f"\n== {title} ==")
+    if table:
+        print(table + "\n")
+    lines = {**values, **existing(outputs)}
+    width = max(map(len, lines), default=0)
+    for key, value in lines.items():
+        print(f"{key:>{width}}: {value}")
+
+
+# ----- stop signals -----
+
+
+@contextlib.contextmanager
+def exit_on_stop(tag: str = ""):
+    """A run stopped by a signal at a safe point (hljax.signals.Stopped) ends with one line and exit
+    130 (SIGINT) or 143 (SIGTERM; schedulers requeue, and the rerun resumes); a second Ctrl-C too."""
+    from hljax.signals import Stopped
+
+    try:
+        yield
+    except Stopped as e:
+        print(f"\n== stopped == {tag}{e}", flush=True)
+        _exit_now(e.exit_code)
+    except KeyboardInterrupt:
+        print(f"\n== interrupted == {tag}a second Ctrl-C: quit without saving what was under way", flush=True)
+        _exit_now(130)
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Exit without the interpreter's teardown. What the run wrote is closed by now (the `with` blocks
+    and `finally`s ran); a daemon thread still inside XLA (an embedded server compiling its first
+    step when a signal ended the wait for it) would abort a normal exit ("FATAL: exception not
+    rethrown", exit 134) instead of giving `code`."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+@contextlib.contextmanager
+def stop_on_signals(what: str):
+    """SIGTERM and SIGINT stop the run at its next safe point (`what` happens then), as `exit_on_stop`."""
+    from hljax.signals import StopSignals
+
+    with exit_on_stop(), StopSignals(what):
+        yield
 
 
 # ----- start-up errors -----

@@ -10,7 +10,8 @@ import logging
 from absl import flags
 from ml_collections import config_flags
 
-from launch.common import define_verbose_flag, print_results, run_absl, setup_logging, start_up, verbose
+from launch.common import (define_verbose_flag, print_results, run_absl, setup_logging, start_up,
+                           stop_on_signals, verbose)
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Evaluation config (configs/eval_*.py, adapt_*.py)"
@@ -30,7 +31,8 @@ def main(argv):
         checked = preflight.evaluate(cfg)
     setup_logging()
     logging.getLogger(__name__).info("preflight passed: %s", ", ".join(checked))
-    summary = run(cfg)
+    with stop_on_signals("stopping after the current round or task"):  # Each round and held-out score is kept; a rerun resumes.
+        summary = run(cfg)
     print_results("evaluation finished", summary)
 
 

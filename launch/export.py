@@ -4,6 +4,9 @@
 
 The architecture and tokenizer come from the run's initial weights (recorded in the run's
 config.json beside the checkpoints); --base overrides that folder.
+
+Prompt the export as training did: its chat template with enable_thinking=False (training prompts
+end with the template's empty think block; with thinking on, its answers stop being edits).
 """
 
 import argparse

@@ -5,15 +5,10 @@
 
 import logging
 
-import jax.numpy as jnp
+import sys
 
 from hljax import preflight
-from hljax import sharding as shd
-from hljax.generate.engine import EngineConfig
-from hljax.generate.local import LocalGenerator
-from hljax.generate.server import Server
-from hljax.mesh import MeshConfig
-from launch.common import ArgumentParser, start_up
+from launch.common import ArgumentParser, setup_logging, start_up
 
 
 def main():
@@ -28,14 +23,27 @@ def main():
     args = parser.parse_args()
     with start_up(args.verbose):
         checked = preflight.serve(args.model, args.host, args.port)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # JAX and the engine load only once the folder and the port are known good.
+    import jax.numpy as jnp
+
+    from hljax import sharding as shd
+    from hljax.generate.engine import EngineConfig
+    from hljax.generate.local import LocalGenerator
+    from hljax.generate.server import Server
+    from hljax.mesh import MeshConfig
+
+    setup_logging()
     logging.info("preflight passed: %s", ", ".join(checked))
     mesh = shd.make_mesh(MeshConfig(data=1, fsdp=-1, tensor=args.tensor))
     config = EngineConfig(max_batch=args.max_batch, max_seq_len=args.max_seq_len)
     generator = LocalGenerator.from_pretrained(args.model, mesh, config, dtype=getattr(jnp, args.dtype))
     server = Server(generator, args.model, args.host, args.port)
     logging.info("serving %s at %s", args.model, server.url)
-    server.serve_forever()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:  # Ctrl-C is how a foreground server is stopped: no traceback for it.
+        print(f"\n== stopped == {server.url}", flush=True)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

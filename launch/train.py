@@ -11,12 +11,13 @@ before any model loads (hljax/preflight.py); --verbose shows tracebacks.
 """
 
 import logging
-import sys
+import os
 
 from absl import flags
 from ml_collections import config_flags
 
-from launch.common import define_verbose_flag, run_absl, setup_logging, start_up, verbose
+from launch.common import (config_source, define_verbose_flag, devices, exit_on_stop, print_banner, print_summary,
+                           run_absl, sandbox, setup_logging, solver, start_up, verbose)
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file (configs/*.py)"
@@ -36,24 +37,27 @@ def main(argv):
         checked = preflight.train(cfg)  # Touches no JAX device: distributed.initialize comes next.
     multi = dist.initialize(cfg.distributed)  # First, before any JAX device exists.
     # Imported after initialize, so that nothing it imports can touch a JAX device first.
-    from hljax.rl.trainer import Preempted, Trainer
+    from hljax.rl.trainer import Trainer
 
     tag = f"[p{dist.process_index()}/{dist.process_count()}] " if multi else ""
     setup_logging(tag)
     logging.getLogger(__name__).info("preflight passed: %s", ", ".join(checked))
-    try:
+    if dist.is_main():
+        resuming = preflight.checkpoint_steps(os.path.join(cfg.run_dir, "checkpoints"))
+        stages = [f"{name} {n} steps" for name, n in (("SFT", cfg.sft_steps), ("GRPO", cfg.grpo_steps)) if n]
+        print_banner({
+            "config": config_source(),
+            "run_dir": cfg.run_dir + (f" (resuming after step {resuming[-1]})" if resuming else " (new run)"),
+            "stages": ", then ".join(stages),
+            "devices": devices(),
+            **({"sandbox": sandbox(cfg.sandbox), "solver": solver(cfg.solver)} if cfg.grpo_steps else {}),
+        })
+    with exit_on_stop(tag):  # The trainer's own handlers checkpoint after the current step.
         summary = Trainer(cfg).run()
-    except Preempted as e:
-        print(f"\n== stopped == {tag}{e}", flush=True)
-        sys.exit(e.exit_code)  # 143 (SIGTERM): schedulers requeue, and the rerun resumes; 130 for Ctrl-C.
-    except KeyboardInterrupt:
-        print(f"\n== interrupted == {tag}a second Ctrl-C: quit without saving the current step", flush=True)
-        sys.exit(130)
     if not dist.is_main():
         return
-    print("\n== run finished ==")
-    for key, value in summary.items():
-        print(f"{key:>20}: {value}")
+    outputs = summary.pop("outputs")
+    print_summary("run finished", summary, outputs)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ edit that improved.
 """
 
 import dataclasses
+import os
+import signal
 
 import pytest
 
@@ -15,6 +17,7 @@ from hljax.harness import seeds
 from hljax.loop import records as rec
 from hljax.loop.adapt import AdaptConfig, run_adaptation
 from hljax.seeding import derive_seed
+from hljax.signals import StopSignals, Stopped
 from hljax.tasks.reasoning_gym import ReasoningGymTask, RGTaskConfig
 from hljax.tasks.suite import split_config
 from sandbox.config import SandboxConfig
@@ -121,6 +124,34 @@ def test_interrupted_run_resumes_identically(task, pool, tmp_path):
     assert len(first) == 2 and p1.calls == [0, 1]
     resumed, p2 = _run(task, pool, tmp_path / "cut")
     assert p2.calls == [2, 3]  # Rounds 0-1 were not redone.
+    assert _strip(resumed) == _strip(full)
+
+
+class SignalledProposer(ScriptedProposer):
+    """Sends this process SIGTERM while round `at` is proposed, as a scheduler would mid-round."""
+
+    def __init__(self, *args, at: int):
+        super().__init__(*args)
+        self.at = at
+
+    def chat(self, conversations, sampling, **kwargs):
+        out = super().chat(conversations, sampling, **kwargs)
+        if self.calls[-1] == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+
+def test_a_stop_signal_ends_the_run_after_the_round_under_way(task, pool, tmp_path):
+    """SIGTERM in round 1: round 1 finishes and is kept, Stopped comes before round 2; the rerun goes
+    on from round 2 and ends where an uninterrupted run does."""
+    full, _ = _run(task, pool, tmp_path / "full")
+    proposer = SignalledProposer(task.name, 0, CFG.rounds, at=1)
+    with StopSignals("stopping after the current round", announce=False):
+        with pytest.raises(Stopped, match=r"SIGTERM: .*2 round\(s\) kept") as e:
+            _run(task, pool, tmp_path / "cut", proposer=proposer)
+    assert e.value.exit_code == 143 and proposer.calls == [0, 1]
+    resumed, p2 = _run(task, pool, tmp_path / "cut")
+    assert p2.calls == [2, 3]
     assert _strip(resumed) == _strip(full)
 
 

@@ -1,12 +1,13 @@
 """SFT rows with a history (collect `history`): the teacher's earlier proposals for the same task,
 rebuilt from the rows on disk. No model: rows are written by hand here."""
 
+import json
 import re
 
 import pytest
 
 from configs import collect_tiny
-from hljax.config import ConfigError
+from hljax.config import ConfigError, check_rerun, to_json
 from hljax.data import collect as co
 from hljax.data.collect_config import CollectConfig
 from hljax.harness import history as hh
@@ -55,11 +56,16 @@ def _config(**overrides):
     return CollectConfig.from_config(c)
 
 
-def test_history_needs_the_prompt_section_and_leaves_old_fingerprints_alone():
+def test_history_needs_the_prompt_section_and_old_collections_resume(tmp_path):
     with pytest.raises(ConfigError, match="prompt.history.mode"):
         _config(history=True)
-    plain = _config().fingerprint()
-    # A collection made before these settings existed resumes: its fingerprint had neither key.
-    assert "history" not in plain and set(plain["prompt"]) == {"report_max_chars", "report_max_tokens", "system_prompt"}
-    on = _config(**{"history": True, "prompt.history.mode": "last"}).fingerprint()
-    assert on["history"] is True and on["prompt"]["history"]["mode"] == "last"
+    # A collection saved before these settings existed lacks both keys: it resumes (absent = default).
+    saved = to_json(_config())
+    saved.pop("history")
+    saved["prompt"].pop("history")
+    path = tmp_path / "rows.config.json"
+    path.write_text(json.dumps(saved))
+    assert check_rerun(str(path), _config(), "collect") == []
+    # Turning history on changes the rows' prompts: refused, naming both keys.
+    with pytest.raises(ConfigError, match=r"prompt\.history\.mode 'off' -> 'last'; history False -> True"):
+        check_rerun(str(path), _config(**{"history": True, "prompt.history.mode": "last"}), "collect")

@@ -1,7 +1,10 @@
-"""Run outputs: stage boundaries on the curves, and JSONL logs cut back on resume."""
+"""Run outputs: stage boundaries on the curves, JSONL logs cut back on resume, the metrics backends."""
 
+import importlib.util
 import json
 import os
+
+import pytest
 
 from hljax import metrics as mx
 
@@ -46,3 +49,26 @@ def test_grpo_metrics_rows_have_the_same_keys_whatever_happened():
     messy = score_groups(stats(["ran", "Unparseable", "NoOp", "crashed"], [0.5, 0.0, 0.0, 0.1]), 4, LossConfig())[2]
     assert set(clean) == set(messy)
     assert clean["invalid/Unparseable"] == 0.0 and messy["invalid/Unparseable"] == 0.25
+
+
+def test_metrics_backends_name_an_unknown_one_and_a_missing_package(tmp_path):
+    from hljax.config import ConfigError
+    from hljax.rl.run_config import MetricsSpec
+
+    with pytest.raises(ConfigError, match=r"unknown backend\(s\) \['mlflow'\]"):
+        MetricsSpec(backends=("jsonl", "mlflow"))
+    with pytest.raises(ConfigError, match="must include 'jsonl'"):
+        MetricsSpec(backends=("tensorboard",))
+    MetricsSpec(backends=("jsonl", "wandb"))  # Known: whether it is installed is the preflight's business.
+    if importlib.util.find_spec("wandb") is None:
+        with pytest.raises(ValueError, match=r"the wandb package is not installed: pip install -e '\.\[wandb\]'"):
+            mx.check_backends(("jsonl", "wandb"))
+        with pytest.raises(ValueError, match="wandb"):
+            mx.MetricsWriter(str(tmp_path), backends=("jsonl", "wandb"))
+
+
+def test_jsonl_only_writes_no_tensorboard_dir(tmp_path):
+    w = mx.MetricsWriter(str(tmp_path), backends=("jsonl",))
+    w.write(0, {"loss": 1.0})
+    w.close()
+    assert w.tensorboard is None and sorted(os.listdir(tmp_path)) == ["metrics.jsonl"]

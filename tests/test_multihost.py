@@ -296,7 +296,7 @@ def _train(run_dir, n_proc, *overrides):
 def test_trainer_sft_two_processes_match_one(tmp_path):
     """The trainer end to end (SFT, validity, checkpoints, export): each process loads only its rows."""
     common = ["--config.mode=sft", "--config.sft.steps=2", "--config.sft.batch_size=8", "--config.sft.eval_rows=2",
-              "--config.sft.eval_max_new_tokens=4", "--config.log.plots=False", "--config.log.tensorboard=False",
+              "--config.sft.eval_max_new_tokens=4", "--config.metrics.plots=False", "--config.metrics.backends=('jsonl',)",
               "--config.checkpoint.every=1"]
     one, two = tmp_path / "one", tmp_path / "two"
     _train(one, 1, *common)
@@ -322,8 +322,8 @@ def test_trainer_grpo_two_processes_sample_what_one_does(tmp_path):
     server and sandbox pool, weights synced to each); the gathered statistics equal one process's."""
     common = ["--config.mode=grpo", "--config.grpo.steps=2", "--config.grpo.prompts_per_step=2",
               "--config.grpo.max_new_tokens=24",
-              "--config.grpo.scoring_questions=2", "--config.sandbox.workers=1", "--config.log.plots=False",
-              "--config.log.tensorboard=False", "--config.export.at_end=False", "--config.checkpoint.every=1"]
+              "--config.grpo.scoring_questions=2", "--config.sandbox.workers=1", "--config.metrics.plots=False",
+              "--config.metrics.backends=('jsonl',)", "--config.export.at_end=False", "--config.checkpoint.every=1"]
     one, two = tmp_path / "one", tmp_path / "two"
     _train(one, 1, *common)
     _train(two, 2, *common)

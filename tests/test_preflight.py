@@ -124,7 +124,8 @@ def test_good_tiny_config_passes(tmp_path):
     c = tiny.get_config()
     c.run_dir = str(tmp_path / "run")
     done = preflight.train(RunConfig.from_config(c))
-    assert [d.split()[0] for d in done] == ["run_dir", "sft.data", "model.preset", "disk", "sandbox"]
+    assert [d.split()[0] for d in done] == ["run_dir", "run_dir", "metrics.backends", "sft.data", "model.preset",
+                                          "disk", "sandbox"]
     assert os.listdir(tmp_path / "run") == []  # The probe file is gone.
 
 
@@ -156,7 +157,7 @@ def test_model_dir_and_serve_checks(tmp_path):
         s.listen()
         with pytest.raises(preflight.PreflightError, match=f"cannot listen on 127.0.0.1:{port}"):
             preflight.serve(good, "127.0.0.1", port)
-    assert [d.split()[0] for d in preflight.serve(good, "127.0.0.1", port)] == ["model", "port"]
+    assert [d.split()[0] for d in preflight.serve(good, "127.0.0.1", port)] == ["port", "model"]
     os.remove(os.path.join(good, "model.safetensors"))
     with pytest.raises(preflight.PreflightError, match="no model.safetensors"):
         preflight.check_model_dir(good)

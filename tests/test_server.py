@@ -1,7 +1,12 @@
 """The SGLang-compatible server over real HTTP on localhost, driven by raw requests and by the client."""
 
 import json
+import os
+import socket
+import subprocess
+import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -16,6 +21,8 @@ from hljax.generate.local import LocalGenerator
 from hljax.generate.server import Server
 from hljax.generate.types import SamplingParams
 from tests import tiny
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +152,34 @@ def test_client_retries_then_names_the_server():
     with pytest.raises(ServerError, match=r"http://127\.0\.0\.1:9/generate: failed after 3 attempt"):
         client.generate(["x"], SamplingParams(max_new_tokens=2))
     assert np.isfinite(0)
+
+
+# ----- launch.serve: bad inputs are one line, before JAX or the model loads -----
+
+
+def _serve(*argv) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "launch.serve", *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    return proc, time.monotonic() - start
+
+
+def test_serve_a_missing_model_is_one_line_in_seconds():
+    proc, elapsed = _serve("--model", "/nonexist")
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("launch.serve: error: --model='/nonexist': no such directory"), lines[0]
+    assert elapsed < 5, elapsed
+
+
+def test_serve_a_port_in_use_is_reported_before_the_model_loads(tiny_untied):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        proc, elapsed = _serve("--model", tiny_untied, "--port", str(port))
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0], proc.stderr
+    assert elapsed < 5, elapsed

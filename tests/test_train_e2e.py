@@ -121,7 +121,7 @@ def test_multistep_states_hold_proposer_harnesses(tiny_run, tmp_path, mode):
            "--config.states.refresh_every=2",
            "--config.states.rounds=1", "--config.states.proposals=4", "--config.states.scoring_questions=2",
            "--config.states.max_new_tokens=160", "--config.states.temperature=0.7",
-           "--config.tasks.families=('number_filtering', 'simple_equations')", "--config.log.plots=False",
+           "--config.tasks.families=('number_filtering', 'simple_equations')", "--config.metrics.plots=False",
            "--config.export.at_end=False")
     assert [r["step"] for r in _metrics(out)] == [0, 1]
     if mode == "offline":
@@ -157,7 +157,7 @@ def test_sigterm_or_ctrl_c_checkpoints_and_exits(tmp_path, sig):
 @pytest.mark.slow
 def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tmp_path):
     common = ["--config.sft.steps=4", "--config.grpo.steps=2", "--config.checkpoint.every=1", "--config.grpo.prompts_per_step=2",
-              "--config.sft.eval_rows=0", "--config.log.plots=False"]
+              "--config.sft.eval_rows=0", "--config.metrics.plots=False"]
     whole = str(tmp_path / "whole")
     _train(whole, *common)
     reference = _metrics(whole)
@@ -194,7 +194,7 @@ def test_qwen3_5_proposer_trains_end_to_end(tmp_path):
     run = str(tmp_path / "q35")
     _train(run, "--config.model.preset=tiny-qwen3.5", "--config.sft.steps=2", "--config.grpo.steps=2",
            "--config.grpo.prompts_per_step=2",
-           "--config.sft.eval_rows=0", "--config.log.plots=False", "--config.log.tensorboard=False")
+           "--config.sft.eval_rows=0", "--config.metrics.plots=False", "--config.metrics.backends=('jsonl',)")
     rows = _metrics(run)
     assert [r["stage"] for r in rows] == ["sft"] * 2 + ["grpo"] * 2
     assert all(r["sampler_logprob_gap"] < 1e-3 for r in rows[2:]), [r["sampler_logprob_gap"] for r in rows[2:]]

@@ -250,11 +250,14 @@ def load_hf(
     *,
     dtype=jnp.float32,
     param_dtype=None,
+    progress: bool = False,
     **config_overrides,
 ) -> registry.Model:
     """Load an HF Qwen3 or Qwen3.5 folder into a model whose parameters are sharded on `mesh`.
 
-    `dtype` is the compute dtype; `param_dtype` (default: `dtype`) the storage dtype.
+    `dtype` is the compute dtype; `param_dtype` (default: `dtype`) the storage dtype. `progress`: a
+    bar over the tensors; off by default, since a training run reloads weights at every GRPO step
+    (the embedded server's /update_weights_from_disk) and those bars would fill its console.
     """
     mesh = mesh or shd.single_device_mesh()
     param_dtype = param_dtype or dtype
@@ -277,7 +280,7 @@ def load_hf(
     shardings = dict(nnx.to_flat_state(shd.param_shardings(abs_state, mesh)))
     mapping = plan(abs_state, cfg)
     leaves = {}
-    for path_tuple, var in tqdm(nnx.to_flat_state(abs_state), desc="load safetensors", leave=False):
+    for path_tuple, var in tqdm(nnx.to_flat_state(abs_state), desc="load safetensors", leave=False, disable=not progress):
         dotted = ".".join(str(p) for p in path_tuple)
         key, rule = mapping[dotted]
         if key not in files:

@@ -22,7 +22,8 @@ Output, next to each other:
 - `<out without .jsonl>.rejected.jsonl`: rejected rows, the same fields, `reason` naming the first
   failed filter (details say why);
 - `<...>.summary.json` and a printed table: kept / rejected by reason, per task and in total;
-- `<...>.config.json`: what the rows were collected with; a rerun with other settings is refused.
+- `<...>.config.json`: what the rows were collected with; a rerun with settings that change what a
+  row holds is refused (hljax.config.RERUN_CHANGES lists what may change).
 
 Resume: rows are appended and fsynced one at a time, with ids "<task>/r<round>/p<proposal>". A rerun
 reads both files, cuts a torn last line (a kill mid-write), and skips every id already written, so
@@ -44,7 +45,7 @@ from tqdm import tqdm
 
 from hljax import sharding as shd
 from hljax.checkpoint.presets import init_model
-from hljax.config import ConfigError
+from hljax.config import check_rerun, save_config
 from hljax.data.collect_config import CollectConfig
 from hljax.data.teacher import ChatModel, OpenAIChatGenerator, OpenAIOptions, api_key_from_env
 from hljax.generate.client import ClientConfig
@@ -57,6 +58,7 @@ from hljax.loop import rewards
 from hljax.loop.records import candidate_id
 from hljax.loop.revision import build_state, candidate, score_candidates
 from hljax.seeding import derive_seed
+from hljax.signals import stop_point
 from hljax.tasks.base import Question, Task
 from hljax.tasks.multihop_qa import QAPayload
 from hljax.tasks.reasoning_gym import RGPayload
@@ -192,7 +194,7 @@ class Collector:
         client = ClientConfig(timeout_s=t.timeout_s)
         if t.backend == "embedded_server":
             endpoint = Endpoint(GeneratorSpec("embedded_server", teacher_path, max_batch=t.max_batch,
-                                              max_seq_len=t.max_seq_len), mesh)
+                                              max_seq_len=t.max_seq_len), mesh, name="teacher")
             self._endpoints.append(endpoint)
             url = endpoint.server.url
         else:
@@ -206,12 +208,12 @@ class Collector:
             self.teacher = self._endpoints[0].generator
             self.source = f"teacher:{os.path.basename(os.path.normpath(teacher_path))}"
         else:
-            endpoint = Endpoint(GeneratorSpec("sglang", t.path, url=t.url), mesh)
+            endpoint = Endpoint(GeneratorSpec("sglang", t.path, url=t.url), mesh, name="teacher")
             self._endpoints.append(endpoint)
             self.teacher = endpoint.generator
             self.source = f"teacher:{os.path.basename(os.path.normpath(t.path))}"
         s = cfg.solver
-        solver = Endpoint(s.generator_spec(teacher_path, cfg.seed), mesh)
+        solver = Endpoint(s.generator_spec(teacher_path, cfg.seed), mesh, name="solver")
         self._endpoints.append(solver)
         self.pool = SandboxPool(cfg.sandbox, solver.generator, s.budget)
         self.tasks: list[Task] = build_tasks(cfg.tasks, cfg.seed)
@@ -254,6 +256,7 @@ class Collector:
             ids = [row_id(task.name, r, k) for k in range(cfg.proposals)]
             if all(i in done for i in ids):
                 continue
+            stop_point(f"{bar.n} of {total} proposals written")  # Between states: every row so far is on disk.
             for row in self._unit(task, r, skip={k for k, i in enumerate(ids) if i in done}):
                 if row is None:
                     infra[task.name] += 1
@@ -267,18 +270,13 @@ class Collector:
         return summary
 
     def _check_config(self) -> None:
+        # Checked at start-up too (preflight); again here, before the file is written, for direct callers.
         path = self.cfg.stem + ".config.json"
-        mine = self.cfg.fingerprint()
-        if os.path.exists(path):
-            with open(path) as f:
-                theirs = json.load(f)
-            diff = sorted(_diff_keys(theirs, mine))
-            if diff:
-                raise ConfigError(f"{self.cfg.out} was collected with other settings ({path}); differing keys: "
-                                  f"{diff}. Write to another out, or restore those settings to resume.")
-        else:
-            with open(path, "w") as f:
-                json.dump(mine, f, indent=2)
+        changes = check_rerun(path, self.cfg, "collect")
+        if changes:
+            log.info("%s: rerun with %s (allowed: they change only where or how much it collects)", self.cfg.out,
+                     "; ".join(map(str, changes)))
+        save_config(path, self.cfg)
 
     def parent(self, task: Task) -> tuple[float, list[Question]]:
         """The seed harness's mean on the task's scoring questions, and those questions (cached)."""
@@ -356,15 +354,6 @@ class Collector:
 
 def _mean(results: Sequence[JobResult] | None) -> float | None:
     return None if results is None else sum(r.score or 0.0 for r in results) / len(results)
-
-
-def _diff_keys(a, b, prefix: str = "") -> set[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = set()
-        for k in set(a) | set(b):
-            out |= _diff_keys(a.get(k), b.get(k), f"{prefix}{k}.")
-        return out
-    return set() if a == b else {prefix.rstrip(".")}
 
 
 def summarize(rows: Sequence[dict], wanted: set[str], infra: collections.Counter) -> dict:

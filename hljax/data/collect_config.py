@@ -10,7 +10,6 @@ fail at start-up, naming the key.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Literal
 
 import ml_collections
@@ -115,21 +114,3 @@ class CollectConfig:
     @property
     def rejected_path(self) -> str:
         return self.stem + ".rejected.jsonl"
-
-    def fingerprint(self) -> dict:
-        """What decides a row's content: a resumed run must match it. Not URLs, keys, rounds or families,
-        so a run can move servers or be extended with more rounds or families."""
-        d = dataclasses.asdict(self)
-        for k in ("url", "api_key_env", "timeout_s", "max_batch", "max_seq_len"):
-            d["teacher"].pop(k)
-        for k in ("url", "max_batch", "max_seq_len"):
-            d["solver"].pop(k)
-        d["tasks"].pop("families")
-        for k in ("out", "run_dir", "rounds", "mesh", "sandbox"):
-            d.pop(k)
-        # Settings added later leave older collections' fingerprints as they were while unused.
-        if not self.history:
-            d.pop("history")
-        if not self.prompt.history.enabled:
-            d["prompt"].pop("history")
-        return json.loads(json.dumps(d))

@@ -20,10 +20,11 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from hljax.generate.local import copy_seed, render_chat
 from hljax.generate.types import Completion, Message, SamplingParams
+from hljax.signals import stop_point
 
 log = logging.getLogger(__name__)
 
@@ -94,22 +95,62 @@ class SGLangGenerator:
                 delay = min(delay * 2, self.config.max_backoff_s)
         raise ServerError(f"{url}{path}: failed after {attempts} attempt(s): {why}")
 
-    def wait_until_ready(self, timeout_s: float = 300.0, poll_s: float = 1.0) -> None:
-        """Until every server answers /health; the error names the ones that never did."""
-        deadline = time.monotonic() + timeout_s
-        waiting = {u: None for u in self.urls}
-        while waiting and time.monotonic() < deadline:
-            for u in list(waiting):
-                try:
-                    self._request("GET", "/health", retry=False, url=u)
-                    del waiting[u]
-                except ServerError as e:
-                    waiting[u] = e
+    def wait_until_ready(self, timeout_s: float = 300.0, poll_s: float = 1.0, *, name: str = "server",
+                         stop: Callable[[str], None] = stop_point, report_every_s: float = 10.0) -> None:
+        """Until every server answers /health; the error names the ones that never did. `name` (e.g.
+        "solver") says what is waited for in the countdown logged every `report_every_s`. `stop` is
+        called every 0.2 s with what is under way and raises to end the wait (by default once SIGTERM or
+        SIGINT arrived, hljax.signals). Probes run in daemon threads: a slow first /health (an embedded
+        server compiling its step) is not re-sent, and never holds up a stop."""
+        start = time.monotonic()
+        deadline = start + timeout_s
+        errors: dict[str, str] = {}
+        probes: dict[str, tuple[threading.Thread, list]] = {}
+        retry_at = {u: start for u in self.urls}
+        waiting = set(self.urls)
+        next_report = start + min(2.0, report_every_s)  # A server that answers at once is not worth a line.
+        while waiting:
+            now = time.monotonic()
+            what = f"{name} at {', '.join(sorted(waiting))}"
+            stop(f"stopped while waiting for {what}")
+            if now >= deadline:
+                raise ServerError(f"{name}: server(s) {sorted(waiting)} not ready after {timeout_s:.0f}s: "
+                                  + "; ".join(errors.get(u, "no answer yet") for u in sorted(waiting)))
+            if now >= next_report:
+                left = f"{deadline - now:.0f} s left"
+                log.info("waiting for %s: %s%s", what, left, f" (last: {errors[min(waiting)]})"
+                         if min(waiting) in errors else "")
+                next_report = now + report_every_s
+            for u in sorted(waiting):
+                if u in probes:
+                    thread, result = probes[u]
+                    if thread.is_alive():
+                        continue
+                    del probes[u]
+                    if result and result[0] is None:
+                        waiting.discard(u)
+                        continue
+                    errors[u] = result[0] if result else "no answer"
+                    retry_at[u] = time.monotonic() + poll_s
+                elif time.monotonic() >= retry_at[u]:
+                    box: list = []
+                    thread = threading.Thread(target=self._probe, args=(u, deadline - now, box), daemon=True)
+                    thread.start()
+                    probes[u] = (thread, box)
             if waiting:
-                time.sleep(poll_s)
-        if waiting:
-            raise ServerError(f"server(s) {sorted(waiting)} not ready after {timeout_s:.0f}s: "
-                              + "; ".join(str(e) for e in waiting.values()))
+                time.sleep(0.2)
+        if time.monotonic() - start > report_every_s:
+            log.info("%s ready after %.0f s", name, time.monotonic() - start)
+
+    def _probe(self, url: str, timeout_s: float, result: list) -> None:
+        """One GET /health of `url`; appends None when it answered 200, else why not."""
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=max(timeout_s, 1.0)):
+                result.append(None)
+        except urllib.error.HTTPError as e:
+            result.append(f"{url}/health: HTTP {e.code}")
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            result.append(f"{url}/health: {getattr(e, 'reason', e)}")
 
     # -- Generator protocol --
 

@@ -24,6 +24,7 @@ from hljax.generate.local import LocalGenerator
 from hljax.generate.server import Server
 
 Backend = Literal["embedded_server", "embedded", "sglang", "simulated"]
+WAIT_S = 300.0  # For a server to answer /health: a loading SGLang server, or ours compiling its first step.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,9 +54,10 @@ class GeneratorSpec:
 class Endpoint:
     """A generator and whatever must be stopped with it (`server`: the embedded one, if any)."""
 
-    def __init__(self, spec: GeneratorSpec, mesh: jax.sharding.Mesh, tokenizer=None):
+    def __init__(self, spec: GeneratorSpec, mesh: jax.sharding.Mesh, tokenizer=None, name: str = "server"):
         """`tokenizer`: one already loaded from `spec.path` (the trainer's, for its proposer), which the
-        SGLang client of an `embedded_server` or `sglang` endpoint then renders chats with."""
+        SGLang client of an `embedded_server` or `sglang` endpoint then renders chats with. `name`: what
+        it is to the run ("proposer", "solver"), as the wait for its server says."""
         self.spec = spec
         self.server: Server | None = None
         if spec.backend == "simulated":
@@ -65,7 +67,7 @@ class Endpoint:
             return
         if spec.backend == "sglang":
             client = SGLangGenerator(spec.url, tokenizer)
-            client.wait_until_ready(300)
+            client.wait_until_ready(WAIT_S, name=name)
             if tokenizer is None:
                 tokenizer_path = spec.path or client.model_info().get("model_path", "")
                 try:
@@ -82,7 +84,12 @@ class Endpoint:
             return
         self.server = Server(local, spec.path).start()
         client = SGLangGenerator(self.server.url, tokenizer if tokenizer is not None else local.tokenizer)
-        client.wait_until_ready(300)  # /health generates a token: the first one compiles the engine's step.
+        try:
+            # /health generates a token: the first one compiles the engine's step.
+            client.wait_until_ready(WAIT_S, name=name)
+        except BaseException:  # A stop signal or a timeout: no one else holds the server to stop it.
+            self.close()
+            raise
         self.generator = client
 
     def close(self) -> None:

@@ -24,6 +24,7 @@ from hljax.loop import rewards as rw
 from hljax.loop.revision import build_state, candidate, score_candidates
 from hljax.loop.selection import PolicyName, Scored, make_policy
 from hljax.seeding import derive_seed
+from hljax.signals import stop_point
 from hljax.tasks.base import Question, Task
 from hljax.tasks.jobs import run_harness
 from sandbox.pool import SandboxPool
@@ -125,6 +126,7 @@ def run_adaptation(
 
     last = cfg.rounds if stop_after is None else min(cfg.rounds, stop_after)
     for t in range(len(done), last):
+        stop_point(f"{task.name}: {t} round(s) kept")  # A stop signal ends the run between rounds.
         start = time.perf_counter()
         code = store.harness(current)
         # From the store, not from memory: a resumed run rebuilds exactly what it would have had.

@@ -3,7 +3,8 @@
 Layout under run_dir: `<label>/<task>/<single|run{k}>/` holds a `records.RunStore` (rounds.jsonl,
 harnesses/) plus `eval.json` (held-out scores of the harnesses that matter, by id, and the
 evaluation question ids), and `report.html`; `seed/<task>/eval.json` holds the seed row. Every
-piece is written as it finishes and reused when found, so an interrupted evaluation resumes.
+piece is written as it finishes and reused when found, so an interrupted evaluation resumes;
+`config.json` keeps the config, and a rerun may only extend it (hljax.config.RERUN_CHANGES).
 
 Held-out scores always come from the eval split, which is disjoint from feedback and scoring
 questions by construction; invalid proposals score 0 there.
@@ -21,6 +22,7 @@ from tqdm.auto import tqdm
 
 from hljax import distributed
 from hljax import sharding as shd
+from hljax.config import check_rerun, save_config
 from hljax.generate.endpoints import Endpoint, GeneratorSpec
 from hljax.tasks.simulated_solver import LABEL as SIMULATED_LABEL
 from hljax.harness import seeds
@@ -31,6 +33,7 @@ from hljax.loop.adapt import judge, propose, question_scores, run_adaptation
 from hljax.loop.revision import build_state
 from hljax.loop.run_config import HISTORY_SUFFIX, EvalRunConfig, ProposerEntry
 from hljax.seeding import derive_seed
+from hljax.signals import stop_point
 from hljax.tasks.base import Question, Task
 from hljax.tasks.jobs import run_codes
 from hljax.tasks.suite import SEED_HARNESS, build_tasks
@@ -140,17 +143,27 @@ def run(cfg: EvalRunConfig) -> dict:
     seed_code = seeds.load(SEED_HARNESS[cfg.tasks.suite])
     protocol = single_revision if cfg.evaluation.protocol == "single" else adaptation_runs
     os.makedirs(cfg.run_dir, exist_ok=True)
-    with Endpoint(solver_spec(cfg), mesh) as solver, \
+    if distributed.is_main():
+        # Checked at start-up too (preflight); again here, before the file is rewritten, for direct callers.
+        path = os.path.join(cfg.run_dir, "config.json")
+        changes = check_rerun(path, cfg, "evaluate")
+        if changes:
+            log.info("%s: rerun with %s (allowed: they extend the run or change only where it runs)", cfg.run_dir,
+                     "; ".join(map(str, changes)))
+        save_config(path, cfg)
+    with Endpoint(solver_spec(cfg), mesh, name="solver") as solver, \
             SandboxPool(cfg.sandbox, solver.generator, cfg.solver.budget) as pool:
         evalq = {t.name: t.take("eval", cfg.evaluation.eval_questions) for t in mine}
         for task in tqdm(mine, desc="seed harness"):
+            stop_point("the seed harness's held-out scores so far are kept")
             eval_scores(pool, task, os.path.join(cfg.run_dir, "seed", task_dir(task)), {rec.SEED_ID: seed_code},
                         evalq[task.name])
         for entry in cfg.proposers:
-            with Endpoint(proposer_spec(cfg, entry), mesh) as proposer:
+            with Endpoint(proposer_spec(cfg, entry), mesh, name=f"proposer {entry.label}") as proposer:
                 # The proposer's rows (with and without history under compare_history): same seeds, same questions.
                 for row in [r for r in cfg.rows() if r.entry == entry]:
                     for task in tqdm(mine, desc=f"proposer {row.label}"):
+                        stop_point(f"proposer {row.label}: the tasks done so far are kept")
                         directory = os.path.join(cfg.run_dir, row.label, task_dir(task))
                         if cfg.evaluation.protocol == "single":
                             directory = os.path.join(directory, "single")

@@ -106,7 +106,7 @@ class Rollouts:
         self.enable_thinking = enable_thinking
         self.seed, self.first_step, self.sync_dtype = seed, first_step, sync_dtype
         self.tokenizer = tokenizer
-        self._proposer = Endpoint(proposer, mesh, tokenizer)
+        self._proposer = Endpoint(proposer, mesh, tokenizer, name="proposer")
         self.proposer = self._proposer.generator
         self._embedded = self._proposer.server is not None
         self.sync_dir = sync_dir
@@ -114,7 +114,7 @@ class Rollouts:
             # Each process exports for its own server; one shared folder would be rewritten by all.
             self.sync_dir = f"{self.sync_dir.rstrip(os.sep)}-p{dist.process_index()}"
 
-        self._solver = Endpoint(solver, mesh)
+        self._solver = Endpoint(solver, mesh, name="solver")
         self.solver = self._solver.generator
         self.pool = SandboxPool(sandbox, self.solver, budget)
 

@@ -17,6 +17,7 @@ from hljax.harness.prompts import PromptConfig
 from hljax.loop.rewards import RewardConfig
 from hljax.loop.states import StatesSpec
 from hljax.mesh import MeshConfig
+from hljax.metrics import check_backends
 from hljax.rl.config import LossConfig, OptimConfig
 from sandbox.config import SandboxConfig
 
@@ -95,9 +96,19 @@ class CheckpointSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class LogSpec:
-    tensorboard: bool = True  # Also write TensorBoard event files.
+class MetricsSpec:
+    # Where each step's metrics row goes (hljax/metrics.py): "jsonl" (run_dir/metrics.jsonl, always on:
+    # plots and resume read it), "tensorboard" (run_dir/tensorboard/; the viewer: pip install -e
+    # '.[tb]'), "wandb" (Weights & Biases, off by default; pip install -e '.[wandb]').
+    backends: tuple[str, ...] = ("jsonl", "tensorboard")
+    wandb_project: str = "hljax"  # The W&B project of backend "wandb"; the run is named after run_dir.
     plots: bool = True  # Write curves.png at the end.
+
+    def __post_init__(self):
+        try:
+            check_backends(self.backends, installed=False)  # Whether their packages are there: preflight.
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +141,7 @@ class RunConfig:
     reward: RewardConfig = RewardConfig()
     prompt: PromptConfig = PromptConfig()
     checkpoint: CheckpointSpec = CheckpointSpec()
-    log: LogSpec = LogSpec()
+    metrics: MetricsSpec = MetricsSpec()
     export: ExportSpec = ExportSpec()
 
     def __post_init__(self):

@@ -14,7 +14,6 @@ processes together; metrics, plots, config and the export are written by process
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import shutil
@@ -34,6 +33,7 @@ from hljax import sharding as shd
 from hljax.checkpoint import hf
 from hljax.checkpoint.orbax import TrainCheckpointer
 from hljax.checkpoint.presets import init_model
+from hljax.config import check_rerun, save_config, to_json
 from hljax.generate.engine import Engine, EngineConfig, Request
 from hljax.generate.types import SamplingParams
 from hljax.loop import rewards as rw
@@ -45,6 +45,7 @@ from hljax.rl.config import LossConfig
 from hljax.rl.rollout import COL, Rollouts, sample_rows, score_groups
 from hljax.rl.run_config import RunConfig
 from hljax.seeding import derive_seed
+from hljax.signals import StopSignals, Stopped
 from hljax.tasks.simulated_solver import LABEL as SIMULATED_LABEL
 from hljax.rl.train_step import (TrainBatch, global_batch, local_logprobs, make_optimizer, mean_metrics, process_rows,
                                  train_step)
@@ -53,12 +54,8 @@ log = logging.getLogger(__name__)
 STATE_COL = COL["state"]
 
 
-class Preempted(Exception):
+class Preempted(Stopped):
     """A stop signal arrived; the step it arrived in was checkpointed. `exit_code`: 128 + the signal."""
-
-    def __init__(self, message: str, exit_code: int):
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 class Trainer:
@@ -67,6 +64,14 @@ class Trainer:
         # Before any device is touched: the backend is created with the whole job's devices.
         self.multi = dist.initialize(cfg.distributed)
         os.makedirs(cfg.run_dir, exist_ok=True)
+        if dist.is_main():
+            # Before anything in run_dir is touched or a model loads (preflight checked it too, at start-up).
+            path = os.path.join(cfg.run_dir, "config.json")
+            changes = check_rerun(path, cfg, "train")
+            if changes:
+                log.info("%s: rerun with %s (allowed: they extend the run or change only where it runs)",
+                         cfg.run_dir, "; ".join(map(str, changes)))
+            save_config(path, cfg)
         self.mesh = shd.make_mesh(cfg.mesh)
         # Where this process's own engines run: its devices only when there are several processes.
         self.local_mesh = dist.local_mesh(cfg.mesh) if self.multi else self.mesh
@@ -81,7 +86,8 @@ class Trainer:
         self.checkpointer = TrainCheckpointer(os.path.join(cfg.run_dir, "checkpoints"), keep=cfg.checkpoint.keep,
                                               async_save=cfg.checkpoint.async_save)
         self._stop = False
-        self._stop_signal: int | None = None  # The first stop signal received (SIGTERM or SIGINT).
+        self._signals = StopSignals("checkpointing after the current step", announce=dist.is_main())
+        self._saved = -1  # The last step checkpointed.
         self.rollouts: Rollouts | None = None  # Started at the first GRPO step.
         self.ref_model = None
         self._sft_data: tuple[list, list] | None = None  # (encoded training rows, held-out rows), loaded once.
@@ -131,94 +137,117 @@ class Trainer:
                 raise RuntimeError(f"checkpoint stage {meta.get('stage')} does not match step {latest}")
             self._states_seen = set(meta.get("states_seen", ()))
             start = latest + 1
+            self._saved = latest
             log.info("resuming %s at step %d", cfg.run_dir, start)
         self.metrics = mx.MetricsWriter(cfg.run_dir, resume_from_step=start - 1 if latest is not None else -1,
-                                        tensorboard=cfg.log.tensorboard, active=dist.is_main())
+                                        backends=cfg.metrics.backends, wandb_project=cfg.metrics.wandb_project,
+                                        config=to_json(cfg), active=dist.is_main())
         # Every proposal with its reward and advantage; each process writes the rows it sampled.
         name = "rollouts.jsonl" if not self.multi else f"rollouts-p{dist.process_index()}.jsonl"
         self.rollout_log = os.path.join(cfg.run_dir, name)
         mx.truncate_jsonl(self.rollout_log, start - 1)
-        if dist.is_main():
-            with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
-                json.dump(_jsonable(dataclasses.asdict(cfg)), f, indent=2)
-        if cfg.solver.simulated and dist.is_main():
-            print(f"solver: {SIMULATED_LABEL}", flush=True)
         # SIGTERM (a scheduler) and SIGINT (Ctrl-C) both checkpoint after the current step and exit.
-        previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        self._signals.__enter__()
         summary = {}
         try:
-            if start < cfg.sft_steps and cfg.sft.eval_rows:
+            if start == 0 and cfg.sft_steps and cfg.sft.eval_rows:
                 summary["validity_before_sft"] = self._sft_validity("before")
-            bar = tqdm(range(start, total), desc="train", initial=start, total=total, disable=not dist.is_main())
-            for step in bar:
-                stage = self._stage_of(step)
-                if step == cfg.sft_steps and cfg.sft_steps and cfg.grpo_steps:  # SFT is done, GRPO starts.
-                    if cfg.sft.eval_rows:
-                        summary["validity_after_sft"] = self._sft_validity("after")
-                    # The KL reference of a GRPO stage that follows SFT is the SFT proposer (loaded from here).
-                    if cfg.export.after_sft or cfg.loss.beta > 0:
-                        summary["export_sft"] = self._export("export-sft")
-                self._make_optimizer(stage)
-                m = self._sft_step(step) if stage == "sft" else self._grpo_step(step)
-                m["stage"] = stage
-                if cfg.solver.simulated:
-                    m["solver"] = "simulated"  # Every row says its scores come from the stand-in solver.
-                self.metrics.write(step, m)
-                bar.set_postfix({k: f"{m[k]:.3g}" for k in ("loss", "reward/mean") if k in m})
-                last = step == total - 1
-                # A SIGTERM that reached any process stops all of them at the same step.
-                self._stop = bool(dist.allgather(np.int32(self._stop)).any())
-                if (step + 1) % cfg.checkpoint.every == 0 or last or self._stop:
-                    self._save(step)
-                if self._stop:
-                    self.checkpointer.wait()
-                    sig = signal.Signals(self._stop_signal or signal.SIGTERM)
-                    raise Preempted(f"{sig.name}: saved step {step}; rerun the same command to resume", 128 + sig)
+            for stage, first, last in self._stages(start):
+                if stage == "grpo" and first == cfg.sft_steps and cfg.sft_steps:  # SFT is done, GRPO starts.
+                    self._after_sft(summary)
+                if stage == "grpo":
+                    # Servers start here, while the optimiser is still the previous step's: a signal that
+                    # ends their wait can checkpoint that step.
+                    self._stoppable(first, lambda: self._open_rollouts(first))
+                name = stage.upper()
+                bar = tqdm(range(first, last), desc=name, initial=first - self._stage_start(stage),
+                           total=last - self._stage_start(stage), unit="step", disable=not dist.is_main())
+                for step in bar:
+                    m = self._step(step, stage)
+                    bar.set_postfix({k: f"{m[k]:.3g}" for k in ("loss", "reward/mean") if k in m})
+                bar.close()
             if cfg.sft_steps and not cfg.grpo_steps and cfg.sft.eval_rows and "validity_after_sft" not in summary:
                 summary["validity_after_sft"] = self._sft_validity("after")
             self.checkpointer.wait()
-            summary.update(self._finish())
+            summary["outputs"] = self._finish()
+            if cfg.solver.simulated:
+                summary["solver"] = SIMULATED_LABEL
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            self._signals.__exit__(None, None, None)
             self.metrics.close()
             if self.rollouts is not None:
                 self.rollouts.close()
         return summary
 
-    def _on_stop_signal(self, signum, frame):
-        if self._stop_signal is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # A second Ctrl-C: quit now, without the checkpoint.
-        self._stop_signal = signum
-        self._stop = True
-        if dist.is_main():
-            hint = " (Ctrl-C again to quit at once, unsaved)" if signum == signal.SIGINT else ""
-            print(f"\n{signal.Signals(signum).name} received: checkpointing after the current step{hint}", flush=True)
+    def _stage_start(self, stage: str) -> int:
+        return 0 if stage == "sft" else self.cfg.sft_steps
+
+    def _stages(self, start: int) -> list[tuple[str, int, int]]:
+        """(stage, first step, end) of each stage with steps left from `start`."""
+        cfg = self.cfg
+        spans = [("sft", 0, cfg.sft_steps), ("grpo", cfg.sft_steps, cfg.sft_steps + cfg.grpo_steps)]
+        return [(stage, max(a, start), b) for stage, a, b in spans if b > max(a, start)]
+
+    def _after_sft(self, summary: dict) -> None:
+        cfg = self.cfg
+        if cfg.sft.eval_rows:
+            summary["validity_after_sft"] = self._sft_validity("after")
+        # The KL reference of a GRPO stage that follows SFT is the SFT proposer (loaded from here).
+        if cfg.export.after_sft or cfg.loss.beta > 0:
+            self._export("export-sft")
+
+    def _step(self, step: int, stage: str) -> dict:
+        """One step with its metrics row and checkpoint; raises Preempted once a stop signal arrived."""
+        cfg = self.cfg
+        total = cfg.sft_steps + cfg.grpo_steps
+        self._make_optimizer(stage)
+        m = self._stoppable(step, lambda: self._sft_step(step) if stage == "sft" else self._grpo_step(step))
+        m["stage"] = stage
+        if cfg.solver.simulated:
+            m["solver"] = "simulated"  # Every row says its scores come from the stand-in solver.
+        self.metrics.write(step, m)
+        # A SIGTERM that reached any process stops all of them at the same step.
+        self._stop = bool(dist.allgather(np.int32(self._signals.requested)).any())
+        if (step + 1) % cfg.checkpoint.every == 0 or step == total - 1 or self._stop:
+            self._save(step)
+        if self._stop:
+            self.checkpointer.wait()
+            raise Preempted(f"{self._signals.stopped(f'saved step {step}')}", self._signals.signum or signal.SIGTERM)
+        return m
+
+    def _stoppable(self, step: int, work):
+        """`work()` for step `step`. A stop signal that ends a wait inside it (a server's start, a state
+        refresh) comes before the step trains: step - 1 is checkpointed if it was not, and the run stops."""
+        try:
+            return work()
+        except Stopped as e:
+            if self._saved < step - 1 and self._stage_of(step - 1) == self.stage:
+                self._save(step - 1)
+            self.checkpointer.wait()
+            saved = f"saved step {self._saved}" if self._saved >= 0 else "no step done yet"
+            raise Preempted(f"{e} ({saved})", e.signum) from None
 
     def _save(self, step: int) -> None:
+        self._saved = step
         self.checkpointer.save(step, self.model, self.optimizer, {"step": step, "stage": self.stage,
                                                                    "seed": self.cfg.seed,
                                                                    "states_seen": sorted(self._states_seen)})
 
     def _finish(self) -> dict:
+        """Plots and the export; -> every output of the run by name (the summary lists those that exist)."""
         cfg = self.cfg
-        out = {"run_dir": cfg.run_dir, "metrics": self.metrics.jsonl}
-        if os.path.exists(self.rollout_log):
-            out["rollouts"] = self.rollout_log
-        if cfg.solver.simulated:
-            out["solver"] = SIMULATED_LABEL
-        if cfg.log.plots and dist.is_main():
-            title = os.path.basename(cfg.run_dir.rstrip("/"))
+        run = cfg.run_dir
+        plot = ""
+        if cfg.metrics.plots and dist.is_main():
+            title = os.path.basename(run.rstrip("/"))
             if cfg.solver.simulated:
                 title += " (simulated solver: a stand-in for an LLM)"
-            png = mx.plot_curves(mx.read_jsonl(self.metrics.jsonl), os.path.join(cfg.run_dir, "curves.png"),
-                                 title=title)
-            if png:
-                out["plot"] = png
-        if cfg.export.at_end:
-            out["export"] = self._export("export")
-        out["checkpoints"] = self.checkpointer.directory
-        return out
+            plot = mx.plot_curves(mx.read_jsonl(self.metrics.jsonl), os.path.join(run, "curves.png"), title=title) or ""
+        export = self._export("export") if cfg.export.at_end else ""
+        return {"run_dir": run, "config": os.path.join(run, "config.json"), "metrics": self.metrics.jsonl,
+                "rollouts": self.rollout_log, "tensorboard": self.metrics.tensorboard or "", "plot": plot,
+                "checkpoints": self.checkpointer.directory, "export_sft": os.path.join(run, "export-sft"),
+                "export": export}
 
     def _export(self, name: str) -> str:
         """The current proposer as an HF folder run_dir/`name` (collective when multi-process)."""
@@ -280,20 +309,26 @@ class Trainer:
 
     # ----- GRPO -----
 
+    def _open_rollouts(self, step: int) -> None:
+        """The proposer and solver endpoints, the sandbox and the state pool, once, before GRPO step `step`."""
+        cfg = self.cfg
+        if self.rollouts is not None:
+            return
+        self.rollouts = Rollouts(
+            cfg.rollout.generator_spec(self.init_path, cfg.model.dtype),
+            cfg.solver.generator_spec(self.init_path, cfg.seed), cfg.solver.budget, grpo=cfg.grpo,
+            states=cfg.states, tasks=cfg.tasks, sandbox=cfg.sandbox, reward=cfg.reward, prompt=cfg.prompt,
+            seed=cfg.seed, first_step=cfg.sft_steps, sync_dtype=cfg.model.param_dtype,
+            sync_dir=cfg.rollout.sync_dir or os.path.join(cfg.run_dir, "sync"),
+            states_dir=os.path.join(cfg.run_dir, "states"), tokenizer=self.tokenizer, mesh=self.local_mesh,
+            enable_thinking=cfg.model.enable_thinking)
+        self.rollouts.sync(self._host_model(), version=str(step))  # Resumed or post-SFT weights.
+        if cfg.loss.beta > 0:
+            self.ref_model = hf.load_hf(self._reference_path(), self.mesh, dtype=getattr(jnp, cfg.model.dtype))
+
     def _grpo_step(self, step: int) -> dict:
         cfg, g = self.cfg, self.cfg.grpo
-        if self.rollouts is None:
-            self.rollouts = Rollouts(
-                cfg.rollout.generator_spec(self.init_path, cfg.model.dtype),
-                cfg.solver.generator_spec(self.init_path, cfg.seed), cfg.solver.budget, grpo=cfg.grpo,
-                states=cfg.states, tasks=cfg.tasks, sandbox=cfg.sandbox, reward=cfg.reward, prompt=cfg.prompt,
-                seed=cfg.seed, first_step=cfg.sft_steps, sync_dtype=cfg.model.param_dtype,
-                sync_dir=cfg.rollout.sync_dir or os.path.join(cfg.run_dir, "sync"),
-                states_dir=os.path.join(cfg.run_dir, "states"), tokenizer=self.tokenizer, mesh=self.local_mesh,
-                enable_thinking=cfg.model.enable_thinking)
-            self.rollouts.sync(self._host_model(), version=str(step))  # Resumed or post-SFT weights.
-            if cfg.loss.beta > 0:
-                self.ref_model = hf.load_hf(self._reference_path(), self.mesh, dtype=getattr(jnp, cfg.model.dtype))
+        self._open_rollouts(step)
         B = g.prompts_per_step * g.group_size
         rows = process_rows(self.mesh, B, g.micro_batches)
         slots = _slots(rows, g.group_size)
@@ -398,12 +433,3 @@ def _sampler_gap(trainer_lp: np.ndarray, sampler_lps, prompts) -> np.ndarray:
     flat = np.concatenate(gaps) if gaps else np.zeros(0)
     return np.array([flat.sum(), flat.size], np.float64)
 
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (str, int, float, bool)) or x is None:
-        return x
-    return str(x)
