@@ -63,8 +63,8 @@ def test_rows_with_and_without_history_share_seeds_and_questions(tmp_path, monke
     class FakeEndpoint:
         """The simulated solver as configured; the scripted proposer in place of a served model."""
 
-        def __init__(self, spec, mesh):
-            self.inner = real(spec, mesh) if spec.backend == "simulated" else None
+        def __init__(self, spec, mesh, name="server"):
+            self.inner = real(spec, mesh, name=name) if spec.backend == "simulated" else None
             self.generator = self.inner.generator if self.inner else proposer
 
         def __enter__(self):

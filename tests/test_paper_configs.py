@@ -28,8 +28,10 @@ SCHEMA_FILES = {"base", "adapt_base", "collect_base"}
 RESOLVED = {name: _resolved(name) for name in NAMES}
 PAPER = {name: cfg for name, cfg in RESOLVED.items() if cfg.solver.backend == "sglang" and name not in SCHEMA_FILES}
 SETUP_MEMBERS = {
-    "reasoning_gym": {"collect_rg", "rg_grpo", "rg_grpo_multistep", "adapt_rg", "eval_rg_single", "eval_rg_multistep"},
-    "multihop_qa": {"qa_grpo", "qa_grpo_online", "adapt_qa", "eval_qa_single", "eval_qa_rounds"},
+    "reasoning_gym": {"collect_rg", "rg_grpo", "rg_grpo_multistep", "adapt_rg", "eval_rg_single", "eval_rg_multistep",
+                      "eval_rg_multistep_history"},
+    "multihop_qa": {"qa_grpo", "qa_grpo_online", "adapt_qa", "eval_qa_single", "eval_qa_rounds",
+                    "eval_qa_rounds_history"},
 }
 # The solver regime (configs/setups.py): Qwen's non-thinking sampling, 2,048 tokens (QA: 512), 16 calls.
 EXPECTED_SOLVER = {
@@ -126,6 +128,7 @@ def test_thinking_mode_is_off_and_said_so():
         if hasattr(cfg, "teacher"):
             assert cfg.teacher.enable_thinking is False, name
     for name in set().union(*SETUP_MEMBERS.values()) - {"eval_rg_single", "eval_rg_multistep", "eval_qa_single",
-                                                          "eval_qa_rounds"}:
+                                                          "eval_qa_rounds", "eval_rg_multistep_history",
+                                                          "eval_qa_rounds_history"}:
         doc = __import__(f"configs.{name}", fromlist=["_"]).__doc__
         assert "Thinking mode is off" in " ".join(doc.split()), name
