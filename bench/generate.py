@@ -1,6 +1,7 @@
 """Decode throughput of our JAX engine vs `transformers.generate` on the same random weights.
 
     python bench/generate.py [--sizes small,0.6b,q35-small,q35-0.8b] [--batches 1,8] [--prompt 64] [--new 32]
+                             [--dtypes fp32,bf16] [--peer on|off] [--rss]
 
 Sizes prefixed `q35-` are Qwen3.5 (hybrid Gated DeltaNet / gated attention, 3 linear layers per full
 one); transformers runs them on its torch fallbacks (no flash-linear-attention kernels on CPU).
@@ -9,10 +10,15 @@ Prints, for both: end-to-end tokens/s (prefill + decode) and decode tokens/s (a 
 time of a 1-token run on the same prompts, i.e. without the prefill), the ratios of both, and our
 decode steps/s as a fraction of the memory-bandwidth roofline (weight bytes read per step / numpy
 copy bandwidth measured in this run). `--cpu-kernels off` measures our engine on XLA's dot alone.
+`--dtypes fp32,bf16` runs both sides with the same weights in each dtype (ours: `load_hf(dtype=...)`,
+transformers: `.to(dtype)`), interleaved per batch size. `--peer off` skips transformers (for long
+`--new`). `--rss` also loads our engine alone in a fresh process and reports its resident memory
+after loading and after one generate, against the weights' bytes plus the KV cache.
 """
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +33,8 @@ from hljax import sharding as shd  # noqa: E402
 from hljax.checkpoint import hf  # noqa: E402
 from hljax.generate.engine import Engine, EngineConfig, Request  # noqa: E402
 from hljax.generate.types import SamplingParams  # noqa: E402
+
+DTYPES = {"fp32": (torch.float32, "float32"), "bf16": (torch.bfloat16, "bfloat16")}
 
 SIZES = {
     "small": dict(vocab_size=8192, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
@@ -70,45 +78,99 @@ def _timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def bench(size: str, batches, prompt_len: int, new: int, bandwidth: float, cpu_kernels: str):
-    ref = reference_model(size)
-    cfg = ref.config
-    n_params = sum(p.numel() for p in ref.parameters())
-    weight_bytes = 4 * n_params
-    with tempfile.TemporaryDirectory() as d:
-        ref.save_pretrained(d)
-        mesh = shd.make_mesh()
-        engine = Engine(hf.load_hf(d, mesh), mesh, EngineConfig(max_batch=max(batches), max_seq_len=prompt_len + new,
-                                                                 cpu_kernels=cpu_kernels))
-    print(f"{size}: our decode matmuls: {'hljax CPU kernels' if engine.kernels else 'XLA dot'}", flush=True)
-    rng = np.random.default_rng(0)
-    for B in batches:
-        prompts = rng.integers(0, cfg.vocab_size, (B, prompt_len))
-        reqs = [Request(tuple(p.tolist()), SamplingParams(max_new_tokens=new, temperature=0.0)) for p in prompts]
-        engine.generate(reqs)  # compile
-        ours = min(_timed(lambda: engine.generate(reqs)) for _ in range(2))
-        # Decode alone: a 1-token run costs the prefill, subtract it.
-        one = [Request(r.prompt_ids, SamplingParams(max_new_tokens=1, temperature=0.0)) for r in reqs]
-        engine.generate(one)
-        prefill = min(_timed(lambda: engine.generate(one)) for _ in range(2))
-        steps_per_s = (new - 1) / max(ours - prefill, 1e-9)
+def bench(size: str, batches, prompt_len: int, new: int, bandwidth: float, cpu_kernels: str, dtypes, peer: bool,
+          rss: bool):
+    import jax.numpy as jnp
 
-        ids = torch.from_numpy(prompts)
-        kw = dict(attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=0)
-        with torch.no_grad():
-            run = lambda n: ref.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)  # noqa: E731
-            run(new)
-            theirs = min(_timed(lambda: run(new)) for _ in range(2))
-            their_prefill = min(_timed(lambda: run(1)) for _ in range(2))
-        their_steps = (new - 1) / max(theirs - their_prefill, 1e-9)
-        roofline = bandwidth / weight_bytes
-        print(f"{size:>9} B={B}: end-to-end ours {B * new / ours:8.1f} tok/s | transformers {B * new / theirs:8.1f} tok/s | "
-              f"ratio {theirs / ours:5.2f}x", flush=True)
-        print(f"{size:>9} B={B}: decode     ours {B * steps_per_s:8.1f} tok/s | transformers {B * their_steps:8.1f} tok/s | "
-              f"ratio {steps_per_s / their_steps:5.2f}x | prefill ours {prefill:.2f} s, transformers "
-              f"{their_prefill:.2f} s | our decode {steps_per_s:6.2f} steps/s = {steps_per_s / roofline:5.1%} of roofline "
-              f"({roofline:.2f} steps/s at {bandwidth / 1e9:.1f} GB/s, {weight_bytes / 1e9:.2f} GB fp32 weights)",
-              flush=True)
+    ref32 = reference_model(size)
+    cfg = ref32.config
+    n_params = sum(p.numel() for p in ref32.parameters())
+    with tempfile.TemporaryDirectory() as d:
+        ref32.save_pretrained(d)
+        mesh = shd.make_mesh()
+        sides = {}
+        for name in dtypes:
+            torch_dtype, jnp_name = DTYPES[name]
+            engine = Engine(hf.load_hf(d, mesh, dtype=getattr(jnp, jnp_name)), mesh,
+                            EngineConfig(max_batch=max(batches), max_seq_len=prompt_len + new, cpu_kernels=cpu_kernels))
+            # A fresh seeded model per dtype: .to() converts in place.
+            sides[name] = (engine, ref32 if name == "fp32" else reference_model(size).to(torch_dtype))
+            print(f"{size} {name}: our matmuls: {'hljax CPU kernels' if engine.kernels else 'XLA dot'}", flush=True)
+            if rss:
+                engine_rss(d, jnp_name, cpu_kernels, max(batches), prompt_len, new, n_params, cfg)
+        rng = np.random.default_rng(0)
+        for B in batches:
+            prompts = rng.integers(0, cfg.vocab_size, (B, prompt_len))
+            for name, (engine, ref) in sides.items():
+                weight_bytes = n_params * (4 if name == "fp32" else 2)
+                run_one(f"{size} {name}", engine, ref if peer else None, prompts, new, bandwidth, weight_bytes)
+
+
+def run_one(label, engine, ref, prompts, new, bandwidth, weight_bytes):
+    B = len(prompts)
+    reqs = [Request(tuple(p.tolist()), SamplingParams(max_new_tokens=new, temperature=0.0)) for p in prompts]
+    engine.generate(reqs)  # compile
+    ours = min(_timed(lambda: engine.generate(reqs)) for _ in range(2))
+    # Decode alone: a 1-token run costs the prefill, subtract it.
+    one = [Request(r.prompt_ids, SamplingParams(max_new_tokens=1, temperature=0.0)) for r in reqs]
+    engine.generate(one)
+    prefill = min(_timed(lambda: engine.generate(one)) for _ in range(2))
+    steps_per_s = (new - 1) / max(ours - prefill, 1e-9)
+    roofline = bandwidth / weight_bytes
+    mine = (f"our decode {steps_per_s:6.2f} steps/s = {steps_per_s / roofline:5.1%} of roofline "
+            f"({roofline:.2f} steps/s at {bandwidth / 1e9:.1f} GB/s, {weight_bytes / 1e9:.2f} GB weights)")
+    if ref is None:
+        print(f"{label} B={B} new={new}: end-to-end ours {B * new / ours:8.1f} tok/s | decode ours "
+              f"{B * steps_per_s:8.1f} tok/s | prefill ours {prefill:.2f} s | {mine}", flush=True)
+        return
+    ids = torch.from_numpy(prompts)
+    kw = dict(attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        run = lambda n: ref.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)  # noqa: E731
+        run(new)
+        theirs = min(_timed(lambda: run(new)) for _ in range(2))
+        their_prefill = min(_timed(lambda: run(1)) for _ in range(2))
+    their_steps = (new - 1) / max(theirs - their_prefill, 1e-9)
+    print(f"{label} B={B}: end-to-end ours {B * new / ours:8.1f} tok/s | transformers {B * new / theirs:8.1f} tok/s | "
+          f"ratio {theirs / ours:5.2f}x", flush=True)
+    print(f"{label} B={B}: decode     ours {B * steps_per_s:8.1f} tok/s | transformers {B * their_steps:8.1f} tok/s | "
+          f"ratio {steps_per_s / their_steps:5.2f}x | prefill ours {prefill:.2f} s, transformers "
+          f"{their_prefill:.2f} s | {mine}", flush=True)
+
+
+_RSS_SCRIPT = """
+import sys, numpy as np, jax.numpy as jnp
+from hljax import sharding as shd
+from hljax.checkpoint import hf
+from hljax.generate.engine import Engine, EngineConfig, Request
+from hljax.generate.types import SamplingParams
+def rss():
+    fields = dict(l.split(':', 1) for l in open('/proc/self/status'))
+    return [int(fields[k].split()[0]) * 1024 for k in ('VmRSS', 'VmHWM')]
+path, dtype, kernels, B, P, N = sys.argv[1:7]
+B, P, N = int(B), int(P), int(N)
+mesh = shd.make_mesh()
+e = Engine(hf.load_hf(path, mesh, dtype=getattr(jnp, dtype)), mesh, EngineConfig(max_batch=B, max_seq_len=P + N,
+           cpu_kernels=kernels))
+loaded = rss()
+e.generate([Request(tuple(range(1, P + 1)), SamplingParams(max_new_tokens=N, temperature=0.0))] * B)
+print(*loaded, *rss())
+"""
+
+
+def engine_rss(path, dtype, cpu_kernels, B, prompt_len, new, n_params, cfg):
+    """Resident bytes of a fresh process holding only our engine, after load and after one generate."""
+    out = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, path, dtype, cpu_kernels, str(B), str(prompt_len),
+                          str(new)], capture_output=True, text=True, check=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    loaded, loaded_peak, after, after_peak = (int(v) for v in out.stdout.split()[-4:])
+    size = 4 if dtype == "float32" else 2
+    weights = n_params * size
+    S = 1 << max(4, (prompt_len + new - 1).bit_length())  # The engine's cache bucket (upper bound).
+    kv = 2 * cfg.num_hidden_layers * B * cfg.num_key_value_heads * S * cfg.head_dim * size
+    print(f"  RSS ({dtype}, engine alone): after load {loaded / 1e9:.2f} GB (peak {loaded_peak / 1e9:.2f}), after a "
+          f"B={B} generate {after / 1e9:.2f} GB (peak {after_peak / 1e9:.2f}); weights {weights / 1e9:.2f} GB + KV "
+          f"cache {kv / 1e9:.2f} GB -> {after / (weights + kv):.2f}x", flush=True)
 
 
 def main():
@@ -118,13 +180,17 @@ def main():
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--cpu-kernels", default="auto", choices=["auto", "on", "off"])
+    parser.add_argument("--dtypes", default="fp32")
+    parser.add_argument("--peer", default="on", choices=["on", "off"])
+    parser.add_argument("--rss", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(os.cpu_count())
     bandwidth = copy_bandwidth()
     print(f"numpy copy bandwidth: {bandwidth / 1e9:.1f} GB/s; torch {torch.__version__}, "
           f"transformers {transformers.__version__}")
     for size in args.sizes.split(","):
-        bench(size, [int(b) for b in args.batches.split(",")], args.prompt, args.new, bandwidth, args.cpu_kernels)
+        bench(size, [int(b) for b in args.batches.split(",")], args.prompt, args.new, bandwidth, args.cpu_kernels,
+              args.dtypes.split(","), args.peer == "on", args.rss)
 
 
 if __name__ == "__main__":

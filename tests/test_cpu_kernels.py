@@ -14,6 +14,7 @@ from hljax.generate.types import SamplingParams
 from hljax.kernels import cpu_decode
 from hljax.mesh import MeshConfig
 from hljax.models import dense
+from flax import nnx
 from tests import tiny, tiny_qwen3_5
 
 UNAVAILABLE = cpu_decode.availability()
@@ -21,7 +22,8 @@ needs_kernels = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"CPU kernels
 
 
 @needs_kernels
-@pytest.mark.parametrize("M,K,N", [(1, 64, 48), (3, 33, 47), (8, 1000, 97), (9, 17, 49), (16, 128, 300), (5, 7, 1)])
+@pytest.mark.parametrize("M,K,N", [(1, 64, 48), (3, 33, 47), (8, 1000, 97), (9, 17, 49), (16, 128, 300), (5, 7, 1),
+                                   (40, 70, 50)])
 def test_packed_matmul_equals_numpy(M, K, N):
     rng = np.random.default_rng(M * 1000 + K + N)
     x = rng.standard_normal((M, K)).astype(np.float32)
@@ -31,14 +33,52 @@ def test_packed_matmul_equals_numpy(M, K, N):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+def _bf16(a):
+    """bf16 array and its exact fp64 value."""
+    b = jnp.asarray(a, jnp.bfloat16)
+    return b, np.asarray(b.astype(jnp.float32), np.float64)
+
+
+@needs_kernels
+@pytest.mark.parametrize("M,K,N", [(1, 64, 48), (3, 33, 47), (8, 1024, 300), (16, 128, 97)])
+def test_bf16_packed_matmul_equals_numpy_on_the_rounded_weights(M, K, N):
+    rng = np.random.default_rng(M + K + N)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    w, w64 = _bf16(rng.standard_normal((K, N)))
+    got = np.asarray(jax.jit(lambda x, w: cpu_decode.matmul_packed(x, cpu_decode.pack(w), N))(x, w))
+    want = x.astype(np.float64) @ w64  # Widening bf16 is exact: only fp32 accumulation error is left.
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert cpu_decode.pack(w).dtype == jnp.bfloat16  # Packing keeps the halved bytes.
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("M,K,N", [(1, 64, 4), (3, 33, 7), (8, 1024, 301), (16, 40, 64)])
+def test_row_matmul_equals_numpy(M, K, N, dtype):
+    rng = np.random.default_rng(M + K + N)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    e = jnp.asarray(rng.standard_normal((N, K)), dtype)
+    got = np.asarray(jax.jit(cpu_decode.matmul_nt)(x, e))
+    want = x.astype(np.float64) @ np.asarray(e.astype(jnp.float32), np.float64).T
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 @needs_kernels
 def test_pack_layout_is_zero_padded_column_panels():
-    w = np.arange(5 * 50, dtype=np.float32).reshape(5, 50)
+    P = cpu_decode.panel_width()
+    w = np.arange(5 * (P + 2), dtype=np.float32).reshape(5, P + 2)
     p = np.asarray(cpu_decode.pack(jnp.asarray(w)))
-    assert p.shape == (2, 5, cpu_decode.PANEL)
-    np.testing.assert_array_equal(p[0], w[:, :48])
-    np.testing.assert_array_equal(p[1, :, :2], w[:, 48:])
+    assert p.shape == (2, 5, P)
+    np.testing.assert_array_equal(p[0], w[:, :P])
+    np.testing.assert_array_equal(p[1, :, :2], w[:, P:])
     assert not p[1, :, 2:].any()
+
+
+def _attention_reference(q, k, v, valid, H):
+    scores = np.einsum("bkgh,bksh->bkgs", q.astype(np.float64), k) * H**-0.5
+    scores = np.where(valid[:, None, None, :], scores, -1e30)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    return np.einsum("bkgs,bksh->bkgh", p / p.sum(-1, keepdims=True), v)
 
 
 @needs_kernels
@@ -48,11 +88,28 @@ def test_decode_attention_equals_numpy(B, K, G, S, H):
     q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((B, K, G, H), (B, K, S, H), (B, K, S, H)))
     valid = rng.random((B, S)) < 0.7
     valid[0] = False  # A fully masked row: uniform weights, as the XLA path's -1e30 masking gives.
-    got = np.asarray(jax.jit(lambda *a: cpu_decode.decode_attention(*a, H**-0.5))(q, k, v, valid))
-    scores = np.einsum("bkgh,bksh->bkgs", q.astype(np.float64), k) * H**-0.5
-    scores = np.where(valid[:, None, None, :], scores, -1e30)
-    p = np.exp(scores - scores.max(-1, keepdims=True))
-    want = np.einsum("bkgs,bksh->bkgh", p / p.sum(-1, keepdims=True), v)
+    got = np.asarray(jax.jit(lambda *a: cpu_decode.decode_attention(*a, S, H**-0.5))(q, k, v, valid))
+    np.testing.assert_allclose(got, _attention_reference(q, k, v, valid, H), atol=2e-6)
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_decode_attention_reads_only_filled_slots(dtype):
+    B, K, G, S, H, filled = 3, 2, 4, 64, 40, 21
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((B, K, G, H)).astype(np.float32)
+    k, k64 = _bf16(rng.standard_normal((B, K, S, H))) if dtype == jnp.bfloat16 else (None, None)
+    v, v64 = _bf16(rng.standard_normal((B, K, S, H))) if dtype == jnp.bfloat16 else (None, None)
+    if dtype == jnp.float32:
+        k64, v64 = rng.standard_normal((B, K, S, H)), rng.standard_normal((B, K, S, H))
+        k, v = jnp.asarray(k64, jnp.float32), jnp.asarray(v64, jnp.float32)
+        k64, v64 = np.asarray(k, np.float64), np.asarray(v, np.float64)
+    valid = rng.random((B, S)) < 0.8
+    valid[:, 0] = True
+    # Slots past `filled` hold NaN and are marked valid: the kernel must not read them at all.
+    k, v = (a.at[:, :, filled:].set(jnp.nan) for a in (k, v))
+    got = np.asarray(jax.jit(lambda *a: cpu_decode.decode_attention(*a, H**-0.5))(q, k, v, valid, jnp.int32(filled)))
+    want = _attention_reference(q, k64[:, :, :filled], v64[:, :, :filled], valid[:, :filled], H)
     np.testing.assert_allclose(got, want, atol=2e-6)
 
 
@@ -111,15 +168,42 @@ def test_qwen3_5_kernel_decode_equals_xla_decode(tmp_path):
 
 
 @needs_kernels
+def test_bf16_kernel_engine_agrees_with_the_bf16_xla_engine(tiny_untied):
+    """bf16 weights, activations and cache: the kernels accumulate in fp32 where XLA's bf16 dot may
+    round differently, so tokens agree for a while rather than exactly, and log-probs within bf16 noise."""
+    mesh = shd.single_device_mesh()
+    engines = [Engine(hf.load_hf(tiny_untied, mesh, dtype=jnp.bfloat16), mesh,
+                      EngineConfig(max_batch=8, max_seq_len=128, cpu_kernels=mode)) for mode in ("on", "off")]
+    assert engines[0].kernels and not engines[1].kernels
+    packed = [v for _, v in nnx.to_flat_state(engines[0]._params) if dense.packed_shape(v) is not None]
+    assert packed and all(v[...].dtype == jnp.bfloat16 for v in packed)
+    greedy = SamplingParams(max_new_tokens=12, temperature=0.0, stop_token_ids=())
+    a, b = (e.generate([Request(p, greedy) for p in _prompts()]) for e in engines)
+    agree = [next((i for i, (x, y) in enumerate(zip(o.token_ids, r.token_ids)) if x != y), 12) for o, r in zip(a, b)]
+    assert sum(agree) >= 0.75 * 12 * len(agree), agree
+    for o, r, n in zip(a, b, agree):
+        np.testing.assert_allclose(o.logprobs[:n], r.logprobs[:n], atol=0.1)
+
+
+@needs_kernels
 def test_decode_program_calls_the_kernels_only_when_on(untied_engines):
     on, off = untied_engines
 
     for engine, want in ((on, True), (off, False)):
-        graphdef, params, packed = engine._graphdef, engine._params, engine._packed
-        assert bool(packed) == want
-        text = _decode_chunk.lower(graphdef, params, packed, _state(engine), 16, 4).as_text()
+        graphdef, params = engine._graphdef, engine._params
+        text = _decode_chunk.lower(graphdef, params, engine.kernels, _state(engine), 16, 4).as_text()
         assert ("hljax_matmul_packed" in text) == want
         assert ("hljax_decode_attention" in text) == want
+
+
+@needs_kernels
+def test_kernel_engine_holds_one_copy_of_the_weights(untied_engines):
+    on, off = untied_engines
+    bytes_of = lambda e: sum(v[...].nbytes for _, v in nnx.to_flat_state(e._params))  # noqa: E731
+    packed = [v for _, v in nnx.to_flat_state(on._params) if dense.packed_shape(v) is not None]
+    assert packed and all(v[...].ndim == 3 for v in packed)
+    # Only the panels' zero padding is added (tiny widths pad a lot; at 0.6B shapes it is < 1%).
+    assert bytes_of(off) <= bytes_of(on) < 1.3 * bytes_of(off)
 
 
 def _state(engine):
@@ -154,7 +238,22 @@ def test_a_missing_compiler_is_reported(tmp_path, monkeypatch):
     monkeypatch.setenv("HLJAX_KERNEL_CACHE", str(tmp_path))
     monkeypatch.setenv("CXX", "/nonexistent/g++")
     with pytest.raises(cpu_decode.KernelUnavailable, match="no C.. compiler '/nonexistent/g..' found"):
-        cpu_decode._build()
+        cpu_decode._build("avx2")
+
+
+def test_a_forced_isa_the_cpu_lacks_is_refused(monkeypatch):
+    monkeypatch.setattr(cpu_decode, "_cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setenv("HLJAX_CPU_ISA", "avx512")
+    with pytest.raises(cpu_decode.KernelUnavailable, match="lacks it"):
+        cpu_decode.isa()
+    monkeypatch.setenv("HLJAX_CPU_ISA", "avx2")
+    assert cpu_decode.isa() == "avx2"
+    monkeypatch.setattr(cpu_decode, "_cpu_flags", lambda: {"avx512f", "avx2", "fma"})
+    monkeypatch.delenv("HLJAX_CPU_ISA")
+    assert cpu_decode.isa() == "avx512"
+    monkeypatch.setattr(cpu_decode, "_cpu_flags", lambda: {"sse4_2"})
+    with pytest.raises(cpu_decode.KernelUnavailable, match="neither AVX-512F nor AVX2"):
+        cpu_decode.isa()
 
 
 def test_config_errors_name_the_problem():
@@ -171,12 +270,11 @@ def test_on_with_a_sharded_mesh_says_why(tiny_untied):
 def test_auto_on_a_sharded_mesh_uses_xla(tiny_untied):
     mesh = shd.make_mesh(MeshConfig(1, 2, 1), jax.devices()[:2])
     engine = Engine(hf.load_hf(tiny_untied, mesh), mesh, EngineConfig(cpu_kernels="auto"))
-    assert engine.kernels is False and engine._packed == {}
+    assert engine.kernels is False
+    assert not any(dense.packed_shape(v) for _, v in nnx.to_flat_state(engine._params))
 
 
 def test_dense_without_packing_is_the_plain_matmul():
-    from flax import nnx
-
     w = nnx.Param(jnp.arange(2 * 3 * 4, dtype=jnp.float32).reshape(2, 3, 4), dense_in=2)
     x = jnp.ones((5, 1, 6), jnp.float32)
     y = dense.dense(x, w)

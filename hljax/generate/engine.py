@@ -7,8 +7,10 @@ compiles once per bucket, not per request. Decoding runs in chunks of `decode_ch
 `lax.while_loop` that exits early when every row is done; between chunks the host checks stop
 strings, which need the tokenizer.
 
-On a CPU the decode steps' projections and attention may run on `hljax.kernels.cpu_decode`
-(`EngineConfig.cpu_kernels`); the engine then keeps a packed copy of the projection weights.
+What runs where: on a CPU the projections (prefill and decode) and the decode steps' attention may
+run on `hljax.kernels.cpu_decode` (`EngineConfig.cpu_kernels`; AVX-512 or AVX2 + FMA, fp32 or bf16
+weights); the engine then holds the projection weights only in the kernels' packed layout. On
+accelerators, and on CPUs where the kernels are off, everything is plain XLA.
 """
 
 from __future__ import annotations
@@ -47,9 +49,10 @@ class EngineConfig:
     min_bucket: int = 16  # Smallest prompt-width / new-token bucket.
     decode_chunk: int = 16  # Decode steps per jitted call between host-side stop-string checks.
     max_stop_ids: int = 8  # Stop token ids per row (request's + the model's EOS ids).
-    # Decode steps through `hljax.kernels.cpu_decode` (fp32, AVX-512, one CPU device): "auto" uses them
-    # when they can run here and logs why not otherwise, "on" raises if they cannot, "off" keeps
-    # XLA's dot. They keep a packed second copy of the projection weights.
+    # Projections and decode attention through `hljax.kernels.cpu_decode` (one CPU device with AVX-512F
+    # or AVX2 + FMA; fp32 or bf16 weights, which makes bf16 the fast path there as on accelerators):
+    # "auto" uses them when they can run here and logs why not otherwise, "on" raises if they cannot,
+    # "off" keeps XLA's dot. With them the engine stores the projection weights packed (one copy).
     cpu_kernels: str = "auto"
 
     def __post_init__(self):
@@ -120,11 +123,11 @@ def _prefill(graphdef, params, st: DecodeState, tokens: jax.Array, positions: ja
     )
 
 
-@functools.partial(jax.jit, static_argnums=(0, 4, 5), donate_argnums=(3,))
-def _decode_chunk(graphdef, params, packed, st: DecodeState, width: int, n_steps: int) -> DecodeState:
-    """packed: `dense.pack_state` of params for the CPU kernels, or {} for XLA's dot."""
+@functools.partial(jax.jit, static_argnums=(0, 2, 4, 5), donate_argnums=(3,))
+def _decode_chunk(graphdef, params, kernels: bool, st: DecodeState, width: int, n_steps: int) -> DecodeState:
+    """kernels: decode attention through the CPU kernel (params then hold `dense.pack_state` weights)."""
     model = nnx.merge(graphdef, params)
-    with dense.use_packed(model, packed) if packed else contextlib.nullcontext():
+    with dense.use_kernels() if kernels else contextlib.nullcontext():
         return _decode_loop(model, st, width, n_steps)
 
 
@@ -174,11 +177,12 @@ class Engine:
         """Swap weights atomically (a batch in flight finishes on the old ones); jit caches stay valid
         when the architecture is the same. weight_version=None keeps the current version label."""
         graphdef, params = nnx.split(model)
-        packed = dense.pack_state(params, "embed" if model.cfg.tie_word_embeddings else None) \
-            if self._use_kernels(params) else {}
+        if self._use_kernels(params):
+            # The packed weights replace the originals: the engine holds one copy.
+            params = dense.pack_state(params, "embed" if model.cfg.tie_word_embeddings else None)
         with self._lock:
             self.model_config = model.cfg
-            self._graphdef, self._params, self._packed = graphdef, params, packed
+            self._graphdef, self._params = graphdef, params
             if weight_version is not None:
                 self.weight_version = str(weight_version)
 
@@ -192,9 +196,8 @@ class Engine:
             reason = "EngineConfig.cpu_kernels='off'"
         elif self.mesh.devices.size != 1:
             reason = f"the mesh has {self.mesh.devices.size} devices (the kernels run on one)"
-        elif not any(dense.dense_in(v) is not None and v[...].dtype == jnp.float32
-                     for _, v in nnx.to_flat_state(params)):
-            reason = "the model has no fp32 projection weights"
+        elif not dense.kernel_weights(params):
+            reason = "the model has no fp32 or bf16 projection weights"
         else:
             reason = cpu_decode.availability()
         if reason is not None and mode == "on":
@@ -209,10 +212,10 @@ class Engine:
         order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
         outputs: list[Output | None] = [None] * len(requests)
         with self._lock:
-            graphdef, params, packed = self._graphdef, self._params, self._packed
+            graphdef, params, kernels = self._graphdef, self._params, bool(self.kernels)
         for start in range(0, len(order), self.config.max_batch):
             group = order[start : start + self.config.max_batch]
-            for i, out in zip(group, self._generate_batch(graphdef, params, packed, [requests[i] for i in group])):
+            for i, out in zip(group, self._generate_batch(graphdef, params, kernels, [requests[i] for i in group])):
                 outputs[i] = out
         return outputs
 
@@ -241,7 +244,7 @@ class Engine:
         b = max(_bucket(n, 1), shard)
         return -(-b // shard) * shard
 
-    def _generate_batch(self, graphdef, params, packed, requests: list[Request]) -> list[Output]:
+    def _generate_batch(self, graphdef, params, kernels: bool, requests: list[Request]) -> list[Output]:
         cfg, ecfg = self.model_config, self.config
         n = len(requests)
         B = self._batch_size(n)
@@ -284,7 +287,7 @@ class Engine:
             st = _prefill(graphdef, params, st, jnp.asarray(tokens), jnp.asarray(positions))
             stop_strings = [r.sampling.stop for r in rows]
             while not bool(jnp.all(st.done)) and int(st.step) < M:
-                st = _decode_chunk(graphdef, params, packed, st, width, ecfg.decode_chunk)
+                st = _decode_chunk(graphdef, params, kernels, st, width, ecfg.decode_chunk)
                 if any(stop_strings) and self.tokenizer is not None:
                     st = st.replace(done=st.done | jnp.asarray(self._stop_string_hits(st, stop_strings)))
         toks, lps = np.asarray(st.tokens), np.asarray(st.logprobs)

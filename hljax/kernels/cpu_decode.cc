@@ -1,15 +1,24 @@
-// CPU decode kernels (fp32, AVX-512) as XLA FFI custom calls: a skinny matmul and one-token attention.
+// CPU decode kernels as XLA FFI custom calls: skinny matmuls over the weights in their natural layout
+// (fp32 or bf16), and one-token attention over the filled part of a KV cache (fp32 or bf16).
+//
+// Built for AVX-512F or for AVX2 + FMA: the compiler flags pick the vector width (cpu_decode.py
+// chooses them from the CPU), the code is the same.
 //
 // A decode step multiplies a few rows (the batch) by every weight matrix once, so it should run at
 // memory bandwidth. XLA's CPU dot reaches that at one row but drops to ~40% of it at eight (its
-// kernels are tuned for square GEMMs). hljax_matmul_packed streams each weight element once and uses
-// it for all rows while it is in registers: Y[M, N] = X[M, K] @ W, W packed as [P, K, 48] column
-// panels (zero-padded), so each panel is one contiguous stream. (The unpacked [K, N] walk crosses a
-// 4 KiB page every row and runs 2x slower; a row-dot kernel on a [N, K] tied embedding ran 1.5x
-// slower than the packed panels.)
+// kernels are tuned for square GEMMs), and it has no fast bf16 path (it converts the weights first).
+// hljax_matmul streams each weight element once and uses it for all rows while it is in registers:
+// Y[M, N] = X[M, K] @ W[K, N]. W is read in tiles of kKc rows x one register panel of columns; the
+// accumulators live in Y between tiles. Walking a [K, N] matrix panel by panel touches a new page
+// every row, which the hardware prefetcher does not follow; so each tile prefetches the tile it will
+// read two tiles later. bf16 weights are widened in registers (a 16-bit shift), which halves the
+// bytes a step reads: what bounds decode at small batch.
+// hljax_matmul_nt: Y = X @ E^T for a [N, K] matrix (a tied embedding used as the output projection)
+// read row by row, so the embedding is not stored a second time transposed.
 // hljax_decode_attention: one query token per row against its KV cache. XLA runs it as two batched
-// dots of [G, H] x [H, S] per (row, kv head), each a separate tiny GEMM; here each (row, kv head)
-// reads its keys and values once for all G query heads that share them.
+// dots of [G, H] x [H, S] per (row, kv head) over the whole (bucketed) cache; here each (row, kv
+// head) reads its keys and values once for all G query heads that share them, and only the slots
+// below `filled`, so a step costs what the cache holds, not what it could hold.
 //
 // Work is split over XLA's intra-op pool. The calling thread works too and then waits only for
 // units that a running thread has claimed, so a busy pool can delay but never deadlock the call.
@@ -20,6 +29,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -30,56 +40,189 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-constexpr int64_t kPanel = 48;  // Columns per packed panel: 3 zmm registers.
-constexpr int kMaxRows = 8;     // Rows per register block; more rows reuse the panel from L2.
+using bf16 = uint16_t;  // Raw bfloat16 bits: the high half of an fp32.
 
-__mmask16 TailMask(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
+#if defined(__AVX512F__)
+constexpr int kLanes = 16;
+constexpr int kMr = 8;  // Rows per register block: 8 x 3 accumulators + 3 weights + 1 broadcast <= 32.
+using Vec = __m512;
+inline Vec Zero() { return _mm512_setzero_ps(); }
+inline Vec Load(const float* p) { return _mm512_loadu_ps(p); }
+inline Vec Load(const bf16* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+}
+inline Vec Bcast(float x) { return _mm512_set1_ps(x); }
+inline Vec Fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline void Store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+inline float Sum(Vec v) { return _mm512_reduce_add_ps(v); }
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr int kLanes = 8;
+constexpr int kMr = 4;  // 4 x 3 accumulators + 3 weights + 1 broadcast = 16 ymm registers.
+using Vec = __m256;
+inline Vec Zero() { return _mm256_setzero_ps(); }
+inline Vec Load(const float* p) { return _mm256_loadu_ps(p); }
+inline Vec Load(const bf16* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+inline Vec Bcast(float x) { return _mm256_set1_ps(x); }
+inline Vec Fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline void Store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+inline float Sum(Vec v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+#else
+#error "cpu_decode.cc needs AVX-512F, or AVX2 and FMA (build with -mavx512f or -mavx2 -mfma)"
+#endif
 
-// Rows [0, MR) of Y[:, n0:n0+cols] from one packed panel (K x 48).
-template <int MR>
-void PackedPanel(const float* x, int64_t K, const float* panel, float* y, int64_t N, int64_t n0, int64_t cols) {
-  __m512 acc[MR][3];
+constexpr int kNr = 3;                  // Vectors per register panel.
+constexpr int64_t kPw = kNr * kLanes;   // Columns per register panel.
+
+inline float ToFloat(float x) { return x; }
+inline float ToFloat(bf16 x) {
+  const uint32_t bits = uint32_t(x) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// The first n (< kLanes) elements of p, zero-filled; and the matching partial store.
+template <typename T>
+Vec LoadPart(const T* p, int64_t n) {
+  alignas(64) T buf[kLanes] = {};
+  std::copy(p, p + n, buf);
+  return Load(buf);
+}
+inline void StorePart(float* p, Vec v, int64_t n) {
+  alignas(64) float buf[kLanes];
+  Store(buf, v);
+  std::copy(buf, buf + n, p);
+}
+
+// Touch every cache line of [p, p + bytes) so it is on its way to L1.
+template <int64_t kBytes>
+inline void PrefetchRow(const char* p) {
+  for (int64_t b = 0; b < kBytes; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+  _mm_prefetch(p + kBytes - 1, _MM_HINT_T0);
+}
+
+// acc[0:MR, 0:kPw] (+)= x[0:MR, 0:kc] @ w[0:kc, 0:kPw]; x, w and acc rows are ldx, ldw, ldacc apart.
+// pf, if set, is a tile of the same shape (rows ldw apart) to prefetch while this one is read.
+template <int MR, typename W>
+void Tile(const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t kc, float* acc, int64_t ldacc, bool first,
+          const W* pf) {
+  Vec a[MR][kNr];
   for (int m = 0; m < MR; ++m)
-    for (int j = 0; j < 3; ++j) acc[m][j] = _mm512_setzero_ps();
-  const float* w = panel;
-  for (int64_t k = 0; k < K; ++k, w += kPanel) {
-    _mm_prefetch(reinterpret_cast<const char*>(w + 16 * kPanel), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w + 16 * kPanel + 16), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w + 16 * kPanel + 32), _MM_HINT_T0);
-    const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16), w2 = _mm512_loadu_ps(w + 32);
+    for (int j = 0; j < kNr; ++j) a[m][j] = first ? Zero() : Load(acc + m * ldacc + j * kLanes);
+  for (int64_t k = 0; k < kc; ++k) {
+    const W* row = w + k * ldw;
+    if (pf != nullptr) PrefetchRow<kPw * sizeof(W)>(reinterpret_cast<const char*>(pf + k * ldw));
+    Vec wv[kNr];
+    for (int j = 0; j < kNr; ++j) wv[j] = Load(row + j * kLanes);
     for (int m = 0; m < MR; ++m) {
-      const __m512 xv = _mm512_set1_ps(x[m * K + k]);
-      acc[m][0] = _mm512_fmadd_ps(xv, w0, acc[m][0]);
-      acc[m][1] = _mm512_fmadd_ps(xv, w1, acc[m][1]);
-      acc[m][2] = _mm512_fmadd_ps(xv, w2, acc[m][2]);
+      const Vec xv = Bcast(x[m * ldx + k]);
+      for (int j = 0; j < kNr; ++j) a[m][j] = Fma(xv, wv[j], a[m][j]);
     }
   }
-  for (int j = 0; j < 3; ++j) {
-    const int64_t left = cols - 16 * j;
-    if (left <= 0) break;
-    const __mmask16 mask = TailMask(left);
-    for (int m = 0; m < MR; ++m) _mm512_mask_storeu_ps(y + m * N + n0 + 16 * j, mask, acc[m][j]);
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < kNr; ++j) Store(acc + m * ldacc + j * kLanes, a[m][j]);
+}
+
+template <typename W>
+void TileRows(int mr, const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t kc, float* acc, int64_t ldacc,
+              bool first, const W* pf) {
+  switch (mr) {
+    case 1: return Tile<1>(x, ldx, w, ldw, kc, acc, ldacc, first, pf);
+    case 2: return Tile<2>(x, ldx, w, ldw, kc, acc, ldacc, first, pf);
+    case 3: return Tile<3>(x, ldx, w, ldw, kc, acc, ldacc, first, pf);
+#if defined(__AVX512F__)
+    case 4: return Tile<4>(x, ldx, w, ldw, kc, acc, ldacc, first, pf);
+    case 5: return Tile<5>(x, ldx, w, ldw, kc, acc, ldacc, first, pf);
+    case 6: return Tile<6>(x, ldx, w, ldw, kc, acc, ldacc, first, pf);
+    case 7: return Tile<7>(x, ldx, w, ldw, kc, acc, ldacc, first, pf);
+#endif
+    default: return Tile<kMr>(x, ldx, w, ldw, kc, acc, ldacc, first, pf);
   }
 }
 
-// One (row, kv head): q [G, H] (pre-scaled), k, v [S, H], valid [S] -> out [G, H].
-void AttendOne(const float* q, const float* k, const float* v, const bool* valid, float* out, int64_t G, int64_t S,
+// y[:, n0:n0+cols] = x[M, K] @ one packed panel [K, kPw] (cols <= kPw valid columns, rest zero).
+// The panel is one contiguous stream: read once from memory for the first kMr rows, then from L2.
+template <typename W>
+void PanelRows(const float* x, int64_t M, int64_t K, const W* panel, float* y, int64_t N, int64_t n0, int64_t cols) {
+  alignas(64) float part[kMr * kPw];
+  for (int64_t m0 = 0; m0 < M; m0 += kMr) {
+    const int mr = int(std::min<int64_t>(kMr, M - m0));
+    const W* pf = m0 == 0 ? panel + 16 * kPw : nullptr;  // 16 rows ahead, on the first pass only.
+    if (cols == kPw) {
+      TileRows<W>(mr, x + m0 * K, K, panel, kPw, K, y + m0 * N + n0, N, true, pf);
+    } else {
+      TileRows<W>(mr, x + m0 * K, K, panel, kPw, K, part, kPw, true, pf);
+      for (int m = 0; m < mr; ++m) std::copy(part + m * kPw, part + m * kPw + cols, y + (m0 + m) * N + n0);
+    }
+  }
+}
+
+// y[m, v0 + r] = x[m] . e[v0 + r] for r < VR, m < MR (e rows are K long, y rows N long).
+template <int MR, int VR, typename W>
+void RowDots(const float* x, int64_t K, const W* e, float* y, int64_t N, int64_t v0) {
+  Vec a[MR][VR];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < VR; ++r) a[m][r] = Zero();
+  const int64_t kv = K / kLanes * kLanes;
+  for (int64_t k = 0; k < kv; k += kLanes) {
+    Vec ev[VR];
+    for (int r = 0; r < VR; ++r) ev[r] = Load(e + (v0 + r) * K + k);
+    for (int m = 0; m < MR; ++m) {
+      const Vec xv = Load(x + m * K + k);
+      for (int r = 0; r < VR; ++r) a[m][r] = Fma(xv, ev[r], a[m][r]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < VR; ++r) {
+      float s = Sum(a[m][r]);
+      for (int64_t k = kv; k < K; ++k) s += x[m * K + k] * ToFloat(e[(v0 + r) * K + k]);
+      y[m * N + v0 + r] = s;
+    }
+}
+
+constexpr int kNtRows = 4;                                 // Embedding rows per register block.
+constexpr int kNtMr = kLanes == 16 ? 4 : 3;                // Rows of x per register block.
+
+template <typename W>
+void RowDotsRows(int mr, const float* x, int64_t K, const W* e, float* y, int64_t N, int64_t v0, int vr) {
+  if (vr == kNtRows) {
+    switch (mr) {
+      case 1: return RowDots<1, kNtRows>(x, K, e, y, N, v0);
+      case 2: return RowDots<2, kNtRows>(x, K, e, y, N, v0);
+#if defined(__AVX512F__)
+      case 3: return RowDots<3, kNtRows>(x, K, e, y, N, v0);
+#endif
+      default: return RowDots<kNtMr, kNtRows>(x, K, e, y, N, v0);
+    }
+  }
+  for (int r = 0; r < vr; ++r)
+    for (int m = 0; m < mr; ++m) RowDots<1, 1>(x + m * K, K, e, y + m * N, N, v0 + r);
+}
+
+// One (row, kv head): q [G, H] fp32, k, v [S, H], valid [S]; only slots s < filled are read.
+// -> out [G, H]. A row with no valid slot below `filled` averages those slots uniformly.
+template <typename T>
+void AttendOne(const float* q, const T* k, const T* v, const bool* valid, float* out, int64_t G, int64_t filled,
                int64_t H, float scale, std::vector<float>& scores) {
   constexpr float kMasked = -1e30f;  // As the XLA path: a fully masked row gives a uniform softmax.
+  const int64_t S = filled;
   scores.assign(G * S, kMasked);
-  const int64_t chunks = (H + 15) / 16;
+  const int64_t chunks = (H + kLanes - 1) / kLanes;
+  auto load = [&](const auto* p, int64_t c) { return c * kLanes + kLanes <= H ? Load(p + c * kLanes) : LoadPart(p + c * kLanes, H - c * kLanes); };
   for (int64_t s = 0; s < S; ++s) {
     if (!valid[s]) continue;
-    const float* krow = k + s * H;
+    const T* krow = k + s * H;
     _mm_prefetch(reinterpret_cast<const char*>(krow + 4 * H), _MM_HINT_T0);
     for (int64_t g = 0; g < G; ++g) {
-      __m512 acc = _mm512_setzero_ps();
-      for (int64_t c = 0; c < chunks; ++c) {
-        const __mmask16 mask = TailMask(H - 16 * c);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, q + g * H + 16 * c),
-                              _mm512_maskz_loadu_ps(mask, krow + 16 * c), acc);
-      }
-      scores[g * S + s] = _mm512_reduce_add_ps(acc) * scale;
+      Vec acc = Zero();
+      for (int64_t c = 0; c < chunks; ++c) acc = Fma(load(q + g * H, c), load(krow, c), acc);
+      scores[g * S + s] = Sum(acc) * scale;
     }
   }
   for (int64_t g = 0; g < G; ++g) {
@@ -91,46 +234,27 @@ void AttendOne(const float* q, const float* k, const float* v, const bool* valid
     const float inv = 1.f / total;
     for (int64_t s = 0; s < S; ++s) row[s] *= inv;
   }
-  // out[g] = sum_s p[g, s] v[s]: 16 output channels at a time, up to 8 query heads per pass. Masked
-  // slots have p = 0 and are skipped, unless every slot is masked (then p is uniform).
+  // out[g] = sum_s p[g, s] v[s]: one vector of output channels at a time, up to 8 query heads per
+  // pass. Masked slots have p = 0 and are skipped, unless every slot is masked (then p is uniform).
   const bool any_valid = std::any_of(valid, valid + S, [](bool b) { return b; });
   for (int64_t c = 0; c < chunks; ++c) {
-    const __mmask16 mask = TailMask(H - 16 * c);
     for (int64_t g0 = 0; g0 < G; g0 += 8) {
       const int64_t gn = std::min<int64_t>(8, G - g0);
-      __m512 acc[8];
-      for (int64_t g = 0; g < gn; ++g) acc[g] = _mm512_setzero_ps();
+      Vec acc[8];
+      for (int64_t g = 0; g < gn; ++g) acc[g] = Zero();
       for (int64_t s = 0; s < S; ++s) {
         if (!valid[s] && any_valid) continue;
-        const __m512 vv = _mm512_maskz_loadu_ps(mask, v + s * H + 16 * c);
-        for (int64_t g = 0; g < gn; ++g)
-          acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(scores[(g0 + g) * S + s]), vv, acc[g]);
+        const Vec vv = load(v + s * H, c);
+        for (int64_t g = 0; g < gn; ++g) acc[g] = Fma(Bcast(scores[(g0 + g) * S + s]), vv, acc[g]);
       }
-      for (int64_t g = 0; g < gn; ++g) _mm512_mask_storeu_ps(out + (g0 + g) * H + 16 * c, mask, acc[g]);
+      for (int64_t g = 0; g < gn; ++g) {
+        float* dst = out + (g0 + g) * H + c * kLanes;
+        if (c * kLanes + kLanes <= H) Store(dst, acc[g]);
+        else StorePart(dst, acc[g], H - c * kLanes);
+      }
     }
   }
 }
-
-template <template <int> class F, typename... Args>
-void ByRows(int rows, Args... args) {
-  switch (rows) {
-    case 1: F<1>::Run(args...); break;
-    case 2: F<2>::Run(args...); break;
-    case 3: F<3>::Run(args...); break;
-    case 4: F<4>::Run(args...); break;
-    case 5: F<5>::Run(args...); break;
-    case 6: F<6>::Run(args...); break;
-    case 7: F<7>::Run(args...); break;
-    default: F<8>::Run(args...); break;
-  }
-}
-
-template <int MR>
-struct PackedRun {
-  static void Run(const float* x, int64_t K, const float* panel, float* y, int64_t N, int64_t n0, int64_t cols) {
-    PackedPanel<MR>(x, K, panel, y, N, n0, cols);
-  }
-};
 
 // Runs unit(i) for i in [0, units) on the calling thread and the pool.
 template <typename Unit>
@@ -153,65 +277,117 @@ void ParallelFor(ffi::ThreadPool& pool, int64_t units, Unit unit) {
   while (shared->done.load(std::memory_order_acquire) < units) std::this_thread::yield();
 }
 
-ffi::Error MatmulPacked(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
-                        ffi::ResultBuffer<ffi::F32> y) {
-  const auto xd = x.dimensions(), wd = w.dimensions(), yd = y->dimensions();
-  if (xd.size() != 2 || wd.size() != 3 || yd.size() != 2 || wd[2] != kPanel)
-    return ffi::Error::InvalidArgument("hljax_matmul_packed: want x [M, K], w [P, K, 48], y [M, N]");
-  const int64_t M = xd[0], K = xd[1], P = wd[0], N = yd[1];
-  if (wd[1] != K || yd[0] != M || N > P * kPanel || N <= (P - 1) * kPanel)
-    return ffi::Error::InvalidArgument("hljax_matmul_packed: shapes do not match");
-  const float* xp = x.typed_data();
-  const float* wp = w.typed_data();
-  float* yp = y->typed_data();
+template <typename W>
+void MatmulAll(ffi::ThreadPool& pool, const float* x, int64_t M, int64_t K, const W* w, int64_t P, int64_t N,
+               float* y) {
   ParallelFor(pool, P, [=](int64_t p) {
-    const int64_t n0 = p * kPanel, cols = std::min(kPanel, N - n0);
-    for (int64_t r = 0; r < M; r += kMaxRows)
-      ByRows<PackedRun>(static_cast<int>(std::min<int64_t>(kMaxRows, M - r)), xp + r * K, K, wp + p * K * kPanel,
-                        yp + r * N, N, n0, cols);
+    PanelRows(x, M, K, w + p * K * kPw, y, N, p * kPw, std::min(kPw, N - p * kPw));
   });
+}
+
+template <typename W>
+void MatmulNtAll(ffi::ThreadPool& pool, const float* x, int64_t M, int64_t K, const W* e, int64_t N, float* y) {
+  // x rows outer: a block of x rows stays in L1 while the unit's embedding rows stream past it
+  // (from memory for the first block, from L2 after).
+  constexpr int64_t kRowsPerUnit = 64;
+  ParallelFor(pool, (N + kRowsPerUnit - 1) / kRowsPerUnit, [=](int64_t u) {
+    const int64_t v_end = std::min(N, (u + 1) * kRowsPerUnit);
+    for (int64_t m0 = 0; m0 < M; m0 += kNtMr)
+      for (int64_t v0 = u * kRowsPerUnit; v0 < v_end; v0 += kNtRows)
+        RowDotsRows(int(std::min<int64_t>(kNtMr, M - m0)), x + m0 * K, K, e, y + m0 * N, N, v0,
+                    int(std::min<int64_t>(kNtRows, v_end - v0)));
+  });
+}
+
+bool IsBf16(ffi::DataType t) { return t == ffi::DataType::BF16; }
+bool IsF32OrBf16(ffi::DataType t) { return t == ffi::DataType::F32 || t == ffi::DataType::BF16; }
+
+ffi::Error Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuffer w, ffi::ResultBuffer<ffi::F32> y) {
+  const auto xd = x.dimensions(), wd = w.dimensions(), yd = y->dimensions();
+  if (xd.size() != 2 || wd.size() != 3 || yd.size() != 2 || wd[2] != kPw || !IsF32OrBf16(w.element_type()))
+    return ffi::Error::InvalidArgument("hljax_matmul_packed: want x [M, K] f32, w [P, K, panel width] f32 or bf16, "
+                                       "y [M, N] f32 (is the panel width the one this library was built for?)");
+  const int64_t M = xd[0], K = xd[1], P = wd[0], N = yd[1];
+  if (wd[1] != K || yd[0] != M || N > P * kPw || N <= (P - 1) * kPw)
+    return ffi::Error::InvalidArgument("hljax_matmul_packed: shapes do not match");
+  if (IsBf16(w.element_type()))
+    MatmulAll(pool, x.typed_data(), M, K, static_cast<const bf16*>(w.untyped_data()), P, N, y->typed_data());
+  else
+    MatmulAll(pool, x.typed_data(), M, K, static_cast<const float*>(w.untyped_data()), P, N, y->typed_data());
   return ffi::Error::Success();
 }
 
-ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
-                           ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::PRED> valid, ffi::ResultBuffer<ffi::F32> out,
-                           float scale) {
-  // q, out: [B, K, G, H]; k, v: [B, K, S, H]; valid: [B, S] (False: masked slot).
+ffi::Error MatmulNt(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuffer e, ffi::ResultBuffer<ffi::F32> y) {
+  const auto xd = x.dimensions(), ed = e.dimensions(), yd = y->dimensions();
+  if (xd.size() != 2 || ed.size() != 2 || yd.size() != 2 || ed[1] != xd[1] || yd[0] != xd[0] || yd[1] != ed[0] ||
+      !IsF32OrBf16(e.element_type()))
+    return ffi::Error::InvalidArgument("hljax_matmul_nt: want x [M, K] f32, e [N, K] f32 or bf16, y [M, N] f32");
+  const int64_t M = xd[0], K = xd[1], N = ed[0];
+  if (IsBf16(e.element_type()))
+    MatmulNtAll(pool, x.typed_data(), M, K, static_cast<const bf16*>(e.untyped_data()), N, y->typed_data());
+  else
+    MatmulNtAll(pool, x.typed_data(), M, K, static_cast<const float*>(e.untyped_data()), N, y->typed_data());
+  return ffi::Error::Success();
+}
+
+ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                           ffi::Buffer<ffi::PRED> valid, ffi::Buffer<ffi::S32> filled,
+                           ffi::ResultBuffer<ffi::F32> out, float scale) {
+  // q, out: [B, K, G, H] f32; k, v: [B, K, S, H] f32 or bf16; valid: [B, S] (False: masked slot);
+  // filled: [] int32, slots at or past it are not read.
   const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions(), md = valid.dimensions();
-  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || md.size() != 2 ||
-      !std::equal(kd.begin(), kd.end(), vd.begin()) ||
-      kd[0] != qd[0] || kd[1] != qd[1] || kd[3] != qd[3] || md[0] != qd[0] || md[1] != kd[2])
+  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || md.size() != 2 || filled.dimensions().size() != 0 ||
+      !std::equal(kd.begin(), kd.end(), vd.begin()) || k.element_type() != v.element_type() ||
+      !IsF32OrBf16(k.element_type()) || kd[0] != qd[0] || kd[1] != qd[1] || kd[3] != qd[3] || md[0] != qd[0] ||
+      md[1] != kd[2])
     return ffi::Error::InvalidArgument(
-        "hljax_decode_attention: want q [B, K, G, H], k and v [B, K, S, H], valid [B, S]");
-  const int64_t B = qd[0], K = qd[1], G = qd[2], H = qd[3], S = kd[2];
+        "hljax_decode_attention: want q [B, K, G, H] f32, k and v [B, K, S, H] (both f32 or both bf16), "
+        "valid [B, S], filled []");
+  const int64_t B = qd[0], Kh = qd[1], G = qd[2], H = qd[3], S = kd[2];
+  const int64_t used = std::clamp<int64_t>(*filled.typed_data(), 1, S);
   const float* qp = q.typed_data();
-  const float* kp = k.typed_data();
-  const float* vp = v.typed_data();
   const bool* mp = valid.typed_data();
   float* op = out->typed_data();
-  ParallelFor(pool, B * K, [=](int64_t u) {
-    thread_local std::vector<float> scores;
-    const int64_t b = u / K;
-    AttendOne(qp + u * G * H, kp + u * S * H, vp + u * S * H, mp + b * S, op + u * G * H, G, S, H, scale, scores);
-  });
+  auto run = [&](const auto* kp, const auto* vp) {
+    ParallelFor(pool, B * Kh, [=](int64_t u) {
+      thread_local std::vector<float> scores;
+      const int64_t b = u / Kh;
+      AttendOne(qp + u * G * H, kp + u * S * H, vp + u * S * H, mp + b * S, op + u * G * H, G, used, H, scale, scores);
+    });
+  };
+  if (IsBf16(k.element_type()))
+    run(static_cast<const bf16*>(k.untyped_data()), static_cast<const bf16*>(v.untyped_data()));
+  else
+    run(static_cast<const float*>(k.untyped_data()), static_cast<const float*>(v.untyped_data()));
   return ffi::Error::Success();
 }
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(HljaxMatmulPacked, MatmulPacked,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HljaxMatmulPacked, Matmul,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HljaxMatmulNt, MatmulNt,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HljaxDecodeAttention, DecodeAttention,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::Buffer<ffi::PRED>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Attr<float>("scale"));
+
+// Columns per packed panel in this build (cpu_decode.py checks it against its own).
+extern "C" int HljaxPanelWidth() { return int(kPw); }

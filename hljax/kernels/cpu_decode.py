@@ -1,7 +1,11 @@
-"""The CPU decode kernels of `cpu_decode.cc` (a skinny matmul, one-token attention): build, register, call.
+"""The CPU decode kernels of `cpu_decode.cc` (a skinny packed matmul, a row-dot matmul for a tied
+embedding, one-token attention): build, register, call. They run on CPUs only, with fp32 or bf16
+weights and caches; accelerators run everything through XLA.
 
 The C++ file is compiled on first use with the system C++ compiler against the XLA FFI headers that
-jaxlib ships, and cached by source hash under `$HLJAX_KERNEL_CACHE` (default
+jaxlib ships, for this CPU's instruction set: AVX-512F (packed panels of 48 columns) or else AVX2 +
+FMA (panels of 24). `HLJAX_CPU_ISA=avx2` forces the AVX2 build on an AVX-512 CPU (to test it). The
+library is cached by source hash and flags under `$HLJAX_KERNEL_CACHE` (default
 `~/.cache/hljax/kernels`). `availability()` says whether the kernels can run here and, if not, why;
 callers decide what to do with that (the engine logs it, or raises when told to insist).
 """
@@ -20,35 +24,54 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-PANEL = 48  # Must match kPanel in cpu_decode.cc.
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_decode.cc")
-_FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-mavx512f", "-mfma"]
+_BASE_FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC"]
+# Instruction set -> (compiler flags, columns per packed panel: kPw in cpu_decode.cc).
+ISAS = {"avx512": (["-mavx512f", "-mfma"], 48), "avx2": (["-mavx2", "-mfma"], 24)}
+WEIGHT_DTYPES = (jnp.float32, jnp.bfloat16)
 
 
 class KernelUnavailable(RuntimeError):
     """The CPU kernels cannot run on this machine; the message says why."""
 
 
-def _cpu_has_avx512f() -> bool:
+def _cpu_flags() -> set[str]:
     try:
         with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and " avx512f" in line for line in f)
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
     except OSError:
-        return False
+        return set()
+
+
+def isa() -> str:
+    """The instruction set the kernels are built for here; raises KernelUnavailable if none fits."""
+    flags = _cpu_flags()
+    supported = [name for name, need in (("avx512", {"avx512f", "fma"}), ("avx2", {"avx2", "fma"})) if need <= flags]
+    forced = os.environ.get("HLJAX_CPU_ISA")
+    if forced:
+        if forced not in ISAS:
+            raise KernelUnavailable(f"HLJAX_CPU_ISA={forced!r} is not one of {sorted(ISAS)}")
+        if forced not in supported:
+            raise KernelUnavailable(f"HLJAX_CPU_ISA={forced!r} but this CPU lacks it")
+        return forced
+    if not supported:
+        raise KernelUnavailable("this CPU has neither AVX-512F nor AVX2 + FMA")
+    return supported[0]
 
 
 def _cache_dir() -> str:
     return os.environ.get("HLJAX_KERNEL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "hljax", "kernels")
 
 
-def _build() -> str:
-    """Path of the compiled library, compiling it if this source has not been built yet."""
+def _build(isa_name: str) -> str:
+    """Path of the library compiled for `isa_name`, compiling it if this source has not been built yet."""
     compiler = os.environ.get("CXX") or "g++"
     if shutil.which(compiler) is None:
         raise KernelUnavailable(f"no C++ compiler {compiler!r} found (set CXX or install g++)")
     with open(_SOURCE, "rb") as f:
         source = f.read()
-    key = hashlib.sha256(source + " ".join(_FLAGS).encode() + jax.ffi.include_dir().encode()).hexdigest()[:16]
+    flags = _BASE_FLAGS + ISAS[isa_name][0]
+    key = hashlib.sha256(source + " ".join(flags).encode() + jax.ffi.include_dir().encode()).hexdigest()[:16]
     out_dir = os.path.join(_cache_dir(), key)
     lib = os.path.join(out_dir, "libhljax_cpu_decode.so")
     if os.path.exists(lib):
@@ -57,7 +80,7 @@ def _build() -> str:
     # Build beside the target and rename: concurrent processes never load a half-written library.
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
     os.close(fd)
-    cmd = [compiler, *_FLAGS, f"-I{jax.ffi.include_dir()}", _SOURCE, "-o", tmp]
+    cmd = [compiler, *flags, f"-I{jax.ffi.include_dir()}", _SOURCE, "-o", tmp]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         os.unlink(tmp)
@@ -71,36 +94,57 @@ def availability() -> str | None:
     """None when the kernels can run here (they are then registered with XLA), else the reason they
     cannot. Decided once per process."""
     if jax.default_backend() != "cpu":
-        return f"the default JAX backend is {jax.default_backend()!r}, not 'cpu'"
-    if not _cpu_has_avx512f():
-        return "this CPU has no AVX-512F"
+        return f"the default JAX backend is {jax.default_backend()!r}, not 'cpu' (accelerators run XLA only)"
     try:
-        lib = ctypes.CDLL(_build())
+        name = isa()
+        lib = ctypes.CDLL(_build(name))
     except (KernelUnavailable, OSError) as e:
         return str(e)
-    for name, symbol in (("hljax_matmul_packed", lib.HljaxMatmulPacked),
-                         ("hljax_decode_attention", lib.HljaxDecodeAttention)):
-        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(symbol), platform="cpu")
+    if lib.HljaxPanelWidth() != ISAS[name][1]:
+        return f"the library's panel width {lib.HljaxPanelWidth()} is not {ISAS[name][1]} (stale build?)"
+    for target, symbol in (("hljax_matmul_packed", lib.HljaxMatmulPacked), ("hljax_matmul_nt", lib.HljaxMatmulNt),
+                           ("hljax_decode_attention", lib.HljaxDecodeAttention)):
+        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
     return None
 
 
+def panel_width() -> int:
+    """Columns per packed panel of the kernels built here (call after `availability()` is None)."""
+    return ISAS[isa()][1]
+
+
 def pack(w: jax.Array) -> jax.Array:
-    """w: [K, N] -> [ceil(N / 48), K, 48] fp32 column panels, zero-padded on the right."""
+    """w: [K, N] fp32 or bf16 -> [ceil(N / panel), K, panel] column panels of w's dtype, zero-padded
+    on the right: each panel is one contiguous stream for `matmul_packed`."""
+    if w.dtype not in WEIGHT_DTYPES:
+        raise ValueError(f"the CPU kernels take fp32 or bf16 weights, not {w.dtype}")
     K, N = w.shape
-    P = -(-N // PANEL)
-    w = jnp.pad(w.astype(jnp.float32), ((0, 0), (0, P * PANEL - N)))
-    return w.reshape(K, P, PANEL).transpose(1, 0, 2)
+    panel = panel_width()
+    P = -(-N // panel)
+    w = jnp.pad(w, ((0, 0), (0, P * panel - N)))
+    return w.reshape(K, P, panel).transpose(1, 0, 2)
 
 
 def matmul_packed(x: jax.Array, packed: jax.Array, n: int) -> jax.Array:
-    """x: [M, K] fp32; packed: pack(w) of a [K, n] w -> x @ w [M, n] fp32."""
+    """x: [M, K] fp32; packed: pack(w) of a [K, n] w (fp32 or bf16) -> x @ w [M, n] fp32."""
     out = jax.ShapeDtypeStruct((x.shape[0], n), jnp.float32)
     return jax.ffi.ffi_call("hljax_matmul_packed", out)(x, packed)
 
 
-def decode_attention(q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array, scale: float) -> jax.Array:
-    """One query token per row: q [B, K, G, H]; k, v [B, K, S, H]; valid [B, S] bool -> [B, K, G, H] fp32.
+def matmul_nt(x: jax.Array, e: jax.Array) -> jax.Array:
+    """x: [M, K] fp32; e: [N, K] fp32 or bf16 (a tied embedding) -> x @ e.T [M, N] fp32."""
+    out = jax.ShapeDtypeStruct((x.shape[0], e.shape[0]), jnp.float32)
+    return jax.ffi.ffi_call("hljax_matmul_nt", out)(x, e)
 
-    softmax(scale * q.k over valid slots) . v, masked slots scored -1e30 (a fully masked row is uniform)."""
+
+def decode_attention(q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array, filled: jax.Array,
+                     scale: float) -> jax.Array:
+    """One query token per row: q [B, K, G, H] fp32; k, v [B, K, S, H] (both fp32 or both bf16);
+    valid [B, S] bool; filled [] int32 -> [B, K, G, H] fp32.
+
+    softmax(scale * q.k over valid slots) . v, reading only slots < filled (clipped to [1, S]): a step
+    costs the filled part of the cache, not its bucketed length. Masked slots are scored -1e30, so a
+    row with no valid slot below `filled` averages those slots uniformly."""
     out = jax.ShapeDtypeStruct(q.shape, jnp.float32)
-    return jax.ffi.ffi_call("hljax_decode_attention", out)(q, k, v, valid, scale=np.float32(scale))
+    return jax.ffi.ffi_call("hljax_decode_attention", out)(
+        q, k, v, valid, jnp.asarray(filled, jnp.int32), scale=np.float32(scale))

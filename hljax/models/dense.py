@@ -4,17 +4,19 @@ Every projection weight is an `nnx.Param` with a `dense_in` metadata field: its 
 dimensions are contracted (q_proj [D, N, H] has 1, o_proj [N, H, D] has 2). `dense` multiplies
 through the weight viewed as a 2D matrix.
 
-The generation engine may pack these matrices for `hljax.kernels.cpu_decode` and trace its decode
-step inside `use_packed(...)`; `dense` then sends a few-row product (a decode step's batch) to the
-kernel instead of XLA's dot. Nothing else changes: the training path never packs, and every product
-with more rows (the prefill) stays with XLA.
+On a CPU the generation engine replaces these weights by their packed form (`pack_state`): one
+layout, not a second copy. A packed weight carries `packed_shape` (its natural shape) in its
+metadata, and `dense` sends every product through it to `hljax.kernels.cpu_decode` (decode steps and
+prefill alike; the kernel is a GEMM over contiguous column panels). A tied embedding stays [V, D] for
+the token lookup and is marked `kernel_rows`, so `kernel_logits` reads it row by row. The engine
+traces its decode steps inside `use_kernels()`, which also sends one-token attention to the kernel.
+The training path never packs, and accelerators run everything through XLA.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import math
 from typing import Iterator
 
@@ -24,10 +26,7 @@ from flax import nnx
 
 from hljax.kernels import cpu_decode
 
-# Rows (batch x new tokens) up to which the kernels beat XLA's dot; the engine's decode batches.
-KERNEL_MAX_ROWS = 16
-
-_PACKED: contextvars.ContextVar[dict[int, jax.Array] | None] = contextvars.ContextVar("hljax_packed", default=None)
+_ATTENTION: contextvars.ContextVar[bool] = contextvars.ContextVar("hljax_kernel_attention", default=False)
 
 
 def dense_in(w: nnx.Variable) -> int | None:
@@ -35,97 +34,94 @@ def dense_in(w: nnx.Variable) -> int | None:
     return w.get_metadata().get("dense_in")
 
 
+def packed_shape(w: nnx.Variable) -> tuple[int, ...] | None:
+    """The natural shape of a weight `pack_state` packed, else None."""
+    return w.get_metadata().get("packed_shape")
+
+
 def dense(x: jax.Array, w: nnx.Variable) -> jax.Array:
     """x: [..., prod(w.shape[:dense_in])] -> [..., *w.shape[dense_in:]] in x's dtype.
 
     A 2D view of the weight: XLA's CPU dot is several times faster on [D, N*H] than on a dot with
-    two output dimensions."""
+    two output dimensions. A packed weight goes through the CPU kernel (fp32 activations inside)."""
     value = w[...]
     n_in = dense_in(w)
-    k, out = math.prod(value.shape[:n_in]), value.shape[n_in:]
+    shape = packed_shape(w) or value.shape
+    k, out = math.prod(shape[:n_in]), shape[n_in:]
     n = math.prod(out)
-    packed = _kernel_weight(w, x)
-    if packed is None:
+    if packed_shape(w) is None:
         return (x @ value.reshape(k, n).astype(x.dtype)).reshape(*x.shape[:-1], *out)
-    return cpu_decode.matmul_packed(x.reshape(-1, k), packed, n).reshape(*x.shape[:-1], *out)
+    y = cpu_decode.matmul_packed(x.reshape(-1, k).astype(jnp.float32), value, n)
+    return y.astype(x.dtype).reshape(*x.shape[:-1], *out)
 
 
 def kernel_logits(h: jax.Array, w: nnx.Variable) -> jax.Array | None:
-    """h: [B, T, D] -> fp32 logits [B, T, V] through the kernels inside a packed trace, else None.
+    """h: [B, T, D] -> fp32 logits [B, T, V] through the kernels when `w` was prepared for them, else None.
 
-    w: the output projection, the [D, V] lm_head or the tied [V, D] embedding (packed transposed)."""
-    if (packed := _kernel_weight(w, h)) is None:
+    w: the output projection, the [D, V] lm_head (packed) or the tied [V, D] embedding (`kernel_rows`)."""
+    x = h.reshape(-1, h.shape[-1]).astype(jnp.float32)
+    if (shape := packed_shape(w)) is not None:
+        out = cpu_decode.matmul_packed(x, w[...], shape[-1])
+    elif w.get_metadata().get("kernel_rows"):
+        out = cpu_decode.matmul_nt(x, w[...])
+    else:
         return None
-    return cpu_decode.matmul_packed(h.reshape(-1, h.shape[-1]), packed, packed_n(w)).reshape(*h.shape[:-1], -1)
+    return out.reshape(*h.shape[:-1], -1)
 
 
-def packed_n(w: nnx.Variable) -> int:
-    """Output width of a projection or output-embedding weight."""
-    n_in = dense_in(w)
-    return w[...].shape[0] if n_in is None else math.prod(w[...].shape[n_in:])
+def kernel_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float,
+                     filled: jax.Array) -> jax.Array | None:
+    """One decode token through the attention kernel inside `use_kernels()`, else None.
 
-
-def kernel_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float) -> jax.Array | None:
-    """One decode token through the attention kernel inside a packed trace, else None.
-
-    q: [B, 1, N, H]; k, v: [B, K, S, H] (the whole cache); mask: [B, 1, S] -> [B, 1, N * H]."""
+    q: [B, 1, N, H]; k, v: [B, K, S, H] (the whole cache, fp32 or bf16); mask: [B, 1, S]; filled: the
+    cache slots written so far (slots past it are not read) -> [B, 1, N * H] in q's dtype."""
     B, T, N, H = q.shape
-    if T != 1 or not use_kernel(q[:, :, 0]) or k.dtype != jnp.float32 or v.dtype != jnp.float32:
+    if T != 1 or not _ATTENTION.get() or k.dtype not in cpu_decode.WEIGHT_DTYPES or k.dtype != v.dtype:
         return None
     K = k.shape[1]
-    out = cpu_decode.decode_attention(q.reshape(B, K, N // K, H), k, v, mask[:, 0], scale)
-    return out.reshape(B, 1, N * H)
-
-
-def use_kernel(x: jax.Array) -> bool:
-    """Whether a product with x's rows goes to the CPU kernels in the current trace."""
-    rows = math.prod(x.shape[:-1])
-    return _PACKED.get() is not None and rows <= KERNEL_MAX_ROWS and x.dtype == jnp.float32
-
-
-def _kernel_weight(w: nnx.Variable, x: jax.Array) -> jax.Array | None:
-    if not use_kernel(x):
-        return None
-    return _PACKED.get().get(id(w))
+    out = cpu_decode.decode_attention(q.reshape(B, K, N // K, H).astype(jnp.float32), k, v, mask[:, 0], filled,
+                                      scale)
+    return out.reshape(B, 1, N * H).astype(q.dtype)
 
 
 @contextlib.contextmanager
-def use_packed(model: nnx.Module, packed: dict[str, jax.Array]) -> Iterator[None]:
-    """Inside a trace: send few-row products through `model`'s packed weights (`pack_state`).
-
-    `model` is the module being traced (merged inside the jitted function) and `packed` the packed
-    arrays passed to that function, keyed by dotted parameter path."""
-    by_id = {id(var): packed[_key(path)] for path, var in nnx.iter_graph(model)
-             if isinstance(var, nnx.Variable) and _key(path) in packed}
-    token = _PACKED.set(by_id)
+def use_kernels() -> Iterator[None]:
+    """Inside a trace: send one-token attention to the CPU kernel (projections follow their weights)."""
+    token = _ATTENTION.set(True)
     try:
         yield
     finally:
-        _PACKED.reset(token)
+        _ATTENTION.reset(token)
 
 
-def pack_state(state: nnx.State, tied_embedding: str | None) -> dict[str, jax.Array]:
-    """Every fp32 projection weight of a model's state packed for the CPU kernels, by dotted path;
-    `tied_embedding`, the path of a [V, D] embedding that is also the output projection, is packed
-    as its transpose.
+def kernel_weights(state: nnx.State) -> bool:
+    """Whether a state's projection weights can go to the CPU kernels (fp32 or bf16)."""
+    return any(dense_in(v) is not None and v[...].dtype in cpu_decode.WEIGHT_DTYPES
+               for _, v in nnx.to_flat_state(state))
 
-    A second copy of those weights: the prefill keeps using the originals through XLA."""
-    mats, transposed = {}, set()
+
+def pack_state(state: nnx.State, tied_embedding: str | None) -> nnx.State:
+    """`state` with every fp32/bf16 projection weight replaced by its packed panels (`cpu_decode.pack`,
+    `packed_shape` set) and `tied_embedding`, the path of a [V, D] embedding that is also the output
+    projection, marked `kernel_rows`. The state's other arrays are shared, not copied.
+
+    Packed weights drop their sharding names: the kernels run on one CPU device."""
+    flat = []
     for path, var in nnx.to_flat_state(state):
         key, value = _key(path), var[...]
-        if value.dtype != jnp.float32:
-            continue
-        if key == tied_embedding:
-            mats[key] = value
-            transposed.add(key)
-        elif (n_in := dense_in(var)) is not None:
-            mats[key] = value.reshape(math.prod(value.shape[:n_in]), -1)
-    return _pack_all(mats, frozenset(transposed))
+        if key == tied_embedding and value.dtype in cpu_decode.WEIGHT_DTYPES:
+            var = var.replace(value=value, kernel_rows=True)
+        elif (n_in := dense_in(var)) is not None and value.dtype in cpu_decode.WEIGHT_DTYPES:
+            packed = _pack(value.reshape(math.prod(value.shape[:n_in]), -1))
+            meta = {k: None for k in ("sharding_names", "out_sharding") if k in var.get_metadata()}
+            var = var.replace(value=packed, packed_shape=tuple(value.shape), **meta)
+        flat.append((path, var))
+    return nnx.from_flat_state(flat)
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _pack_all(mats: dict[str, jax.Array], transposed: frozenset[str]) -> dict[str, jax.Array]:
-    return {k: cpu_decode.pack(w.T if k in transposed else w) for k, w in mats.items()}
+@jax.jit
+def _pack(w: jax.Array) -> jax.Array:
+    return cpu_decode.pack(w)
 
 
 def _key(path) -> str:

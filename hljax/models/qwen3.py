@@ -105,7 +105,7 @@ class Attention(nnx.Module):
             if mask.shape[-1] != T:  # Decode: attend over the whole cache. Prefill: over the fresh keys.
                 k, v = cache.k.astype(x.dtype), cache.v.astype(x.dtype)
 
-        out = kernel_attention(q, k, v, mask, cfg.head_dim**-0.5) if cache is not None else None
+        out = kernel_attention(q, k, v, mask, cfg.head_dim**-0.5, cache_index + T) if cache is not None else None
         if out is None:
             q = q.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim).transpose(0, 2, 3, 1, 4)  # [B, K, G, T, H]
             scores = jnp.einsum("BKGTH,BKSH->BKGTS", q, k, preferred_element_type=jnp.float32)
@@ -231,7 +231,7 @@ def remat_call(layer: nnx.Module, *args):
 
 
 def logits(model, h: jax.Array) -> jax.Array:
-    """h: [B, T, D] -> fp32 logits [B, T, V] of a Qwen3 or Qwen3.5 model (CPU kernels in a packed trace)."""
+    """h: [B, T, D] -> fp32 logits [B, T, V] of a Qwen3 or Qwen3.5 model (through the CPU kernels when the weights were prepared for them)."""
     tied = model.cfg.tie_word_embeddings
     out = kernel_logits(h, model.embed if tied else model.lm_head)
     if out is None:

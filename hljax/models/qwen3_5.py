@@ -123,7 +123,7 @@ class GatedAttention(nnx.Module):
             )
             if mask.shape[-1] != T:  # Decode: attend over the whole cache. Prefill: over the fresh keys.
                 k, v = cache.k.astype(x.dtype), cache.v.astype(x.dtype)
-        out = kernel_attention(q, k, v, mask, H**-0.5) if cache is not None else None
+        out = kernel_attention(q, k, v, mask, H**-0.5, cache_index + T) if cache is not None else None
         if out is not None:
             out = out.reshape(B, T, cfg.num_heads, H)
         else:
