@@ -122,6 +122,8 @@ class Batcher:
         B = max(len(self._slots), self.engine.batch_size(min(want, ecfg.max_batch)))
         free = [b for b in range(B) if b >= len(self._slots) or self._slots[b] is None]
         rows = [self._waiting.popleft() for _ in range(min(len(free), len(self._waiting)))]
+        if not rows:
+            return  # Every slot is busy.
         prefill = self._prefill([r.request.prompt_ids for r in rows if r.request.prompt_ids not in self._held])
         groups: dict[int, tuple[_Prefill, list[tuple[int, _Row]]]] = {}
         for slot, row in zip(free, rows):
