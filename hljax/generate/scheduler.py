@@ -120,7 +120,9 @@ class Batcher:
         ecfg = self.engine.config
         want = self.active + len(self._waiting)
         B = max(len(self._slots), self.engine.batch_size(min(want, ecfg.max_batch)))
+        # B is a power of two (and a multiple of the mesh's batch shards): never more rows than max_batch.
         free = [b for b in range(B) if b >= len(self._slots) or self._slots[b] is None]
+        free = free[: max(0, ecfg.max_batch - self.active)]
         rows = [self._waiting.popleft() for _ in range(min(len(free), len(self._waiting)))]
         if not rows:
             return  # Every slot is busy.
