@@ -18,7 +18,11 @@ def main():
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--max-batch", type=int, default=16)
-    parser.add_argument("--max-seq-len", type=int, default=4096)
+    parser.add_argument("--context-length", "--max-seq-len", dest="context_length", type=int, default=None,
+                        help="prompt + completion tokens per request (SGLang's flag); default and cap: the "
+                             "model's max_position_embeddings. Longer requests get a 400 naming both numbers.")
+    parser.add_argument("--decode-chunk", type=int, default=16,
+                        help="decode steps between the points where new requests join the running batch")
     parser.add_argument("--tensor", type=int, default=1, help="tensor-parallel degree (rest goes to fsdp)")
     args = parser.parse_args()
     with start_up(args.verbose):
@@ -35,10 +39,12 @@ def main():
     setup_logging()
     logging.info("preflight passed: %s", ", ".join(checked))
     mesh = shd.make_mesh(MeshConfig(data=1, fsdp=-1, tensor=args.tensor))
-    config = EngineConfig(max_batch=args.max_batch, max_seq_len=args.max_seq_len)
+    config = EngineConfig(max_batch=args.max_batch, max_seq_len=args.context_length, decode_chunk=args.decode_chunk)
     generator = LocalGenerator.from_pretrained(args.model, mesh, config, dtype=getattr(jnp, args.dtype))
-    server = Server(generator, args.model, args.host, args.port)
-    logging.info("serving %s at %s", args.model, server.url)
+    server = Server(generator, args.model, args.host, args.port, server_args={
+        "dtype": args.dtype, "max_running_requests": args.max_batch, "tp_size": args.tensor,
+        "decode_chunk": args.decode_chunk})
+    logging.info("serving %s at %s (context length %d)", args.model, server.url, generator.engine.context_length)
     try:
         server.serve_forever()
     except KeyboardInterrupt:  # Ctrl-C is how a foreground server is stopped: no traceback for it.

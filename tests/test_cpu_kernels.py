@@ -191,7 +191,8 @@ def test_decode_program_calls_the_kernels_only_when_on(untied_engines):
 
     for engine, want in ((on, True), (off, False)):
         graphdef, params = engine._graphdef, engine._params
-        text = _decode_chunk.lower(graphdef, params, engine.kernels, _state(engine), 16, 4).as_text()
+        assert bool(engine.kernels) == want
+        text = _decode_chunk.lower(graphdef, params, engine.kernels, _state(engine), 4).as_text()
         assert ("hljax_matmul_packed" in text) == want
         assert ("hljax_decode_attention" in text) == want
 
@@ -209,16 +210,12 @@ def test_kernel_engine_holds_one_copy_of_the_weights(untied_engines):
 def _state(engine):
     """A DecodeState for one 3-token prompt, built the way the engine builds it."""
     from hljax.generate import engine as eng
-    from hljax.models import registry
 
-    cfg = engine.model_config
     B, M, S = 1, 16, 32
-    return eng.DecodeState(
-        cache=registry.init_cache(cfg, B, S), last=jnp.zeros((B,), jnp.int32), step=jnp.int32(1),
-        tokens=jnp.zeros((B, M), jnp.int32), logprobs=jnp.zeros((B, M)), done=jnp.zeros((B,), bool),
-        prompt_len=jnp.full((B,), 3, jnp.int32), kv_valid=jnp.ones((B, S), bool), seeds=jnp.zeros((B,), jnp.uint32),
-        temperature=jnp.zeros((B,)), top_k=jnp.full((B,), -1, jnp.int32), top_p=jnp.ones((B,)),
-        max_new=jnp.full((B,), 4, jnp.int32), stop_ids=jnp.full((B, 8), -1, jnp.int32))
+    st = eng.empty_state(engine.model_config, B, S, M, engine.config.max_stop_ids)
+    return st.replace(done=jnp.zeros((B,), bool), width=jnp.full((B,), 3, jnp.int32),
+                      params=st.params.replace(prompt_len=jnp.full((B,), 3, jnp.int32),
+                                               max_new=jnp.full((B,), 4, jnp.int32)))
 
 
 @needs_kernels

@@ -107,8 +107,14 @@ def test_stop_token_ids_stop_strings_and_per_row_lengths(setup):
 
 def test_requests_over_the_context_are_rejected(setup):
     _, _, engine, prompts = setup
-    with pytest.raises(RequestError, match="exceeds the context of 256 tokens"):
+    # max_seq_len=256 is capped by the model's max_position_embeddings (128), as SGLang's --context-length.
+    assert engine.context_length == 128
+    with pytest.raises(RequestError, match=r"maximum context length of 128 tokens\. You requested a total of 305 "
+                                           r"tokens: 5 tokens from the input messages and 300 tokens"):
         engine.generate([Request(prompts[0], SamplingParams(max_new_tokens=300))])
+    with pytest.raises(RequestError, match=r"The input \(130 tokens\) is longer than the model's context length "
+                                           r"\(128 tokens\)"):
+        engine.generate([Request((5,) * 130, SamplingParams(max_new_tokens=1))])
     with pytest.raises(RequestError, match=r"token ids must be in \[0, 160\)"):
         engine.generate([Request((5, 999), SamplingParams(max_new_tokens=3))])
 

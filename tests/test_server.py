@@ -183,3 +183,82 @@ def test_serve_a_port_in_use_is_reported_before_the_model_loads(tiny_untied):
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0], proc.stderr
     assert elapsed < 5, elapsed
+
+
+def test_ignore_eos_min_new_tokens_and_context_errors(server):
+    greedy = {"max_new_tokens": 20, "temperature": 0}
+    status, out = _post(server.url, "/generate", {"text": "def solve", "sampling_params": {**greedy, "ignore_eos": True}})
+    assert status == 200 and out["meta_info"]["completion_tokens"] == 20
+    assert out["meta_info"]["finish_reason"]["type"] == "length"
+    status, out = _post(server.url, "/generate", {"text": "def solve", "sampling_params": {**greedy, "min_new_tokens": 7}})
+    assert status == 200 and out["meta_info"]["completion_tokens"] >= 7
+    for bad in ({"ignore_eos": "yes"}, {"min_new_tokens": 21}, {"min_new_tokens": -1}):
+        status, out = _post(server.url, "/generate", {"text": "x", "sampling_params": {**greedy, **bad}})
+        assert status == 400, bad
+    # The context is the model's max_position_embeddings (128); the errors name the numbers, as SGLang's do.
+    status, out = _post(server.url, "/generate", {"input_ids": [5] * 130, "sampling_params": {"max_new_tokens": 1}})
+    assert status == 400
+    assert "The input (130 tokens) is longer than the model's context length (128 tokens)" in out["error"]["message"]
+    status, out = _post(server.url, "/generate", {"input_ids": [5] * 50, "sampling_params": {"max_new_tokens": 100}})
+    assert status == 400
+    assert ("maximum context length of 128 tokens. You requested a total of 150 tokens: 50 tokens from the input "
+            "messages and 100 tokens for the completion") in out["error"]["message"]
+    status, out = _post(server.url, "/v1/completions", {"prompt": "def", "max_tokens": 6, "temperature": 0,
+                                                         "ignore_eos": True, "min_tokens": 6})
+    assert status == 200 and out["usage"]["completion_tokens"] == 6
+
+
+def test_model_and_server_info_and_prefill_counts(server):
+    status, info = _get(server.url, "/get_model_info")
+    assert status == 200 and info["is_generation"] is True and info["model_path"] == server.app.model_path
+    assert info["model_type"] == "qwen3" and info["architectures"] == ["Qwen3ForCausalLM"]
+    status, before = _get(server.url, "/get_server_info")
+    assert status == 200 and before["context_length"] == 128 and before["port"] == int(server.url.rsplit(":", 1)[1])
+    assert before["max_running_requests"] == 16 and before["share_prefixes"] is True
+    ids = [7, 8, 9, 10, 11]
+    status, out = _post(server.url, "/generate", {"input_ids": ids, "sampling_params": {
+        "max_new_tokens": 3, "temperature": 1.0, "n": 4, "sampling_seed": 2}})
+    assert status == 200 and len(out) == 4
+    after = _get(server.url, "/get_server_info")[1]
+    delta = {k: after["internal_states"][0][k] - before["internal_states"][0][k]
+             for k in ("prompt_tokens_received", "prompt_tokens_prefilled", "rows")}
+    assert delta == {"prompt_tokens_received": 20, "prompt_tokens_prefilled": 5, "rows": 4}
+
+
+def test_a_request_joins_the_running_batch_over_http(server, monkeypatch):
+    """A short request sent while a long one decodes joins it and finishes first; both equal their
+    outputs served alone. The scheduler is held after its first chunk until the short one is queued."""
+    scheduler = server.app.scheduler
+    batcher = scheduler.batcher
+    started, queued, order = threading.Event(), threading.Event(), []
+    step = batcher.step
+
+    def held_step():
+        completed = step()
+        order.extend(len(t.outputs[0].token_ids) for t in completed)
+        if batcher.chunks >= 1 and not started.is_set():
+            started.set()
+            assert queued.wait(60)
+        return completed
+
+    monkeypatch.setattr(batcher, "step", held_step)
+    bodies = {"long": {"text": "def solve", "sampling_params": {"max_new_tokens": 100, "temperature": 0,
+                                                                "ignore_eos": True}},
+              "short": {"text": "the answer", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}}
+    results = {}
+    post = lambda name: results.__setitem__(name, _post(server.url, "/generate", bodies[name]))  # noqa: E731
+    threads = {name: threading.Thread(target=post, args=(name,)) for name in bodies}
+    threads["long"].start()
+    assert started.wait(60)
+    threads["short"].start()
+    for _ in range(600):
+        if scheduler.queued:
+            break
+        threading.Event().wait(0.05)
+    queued.set()
+    for t in threads.values():
+        t.join(120)
+    assert order == [len(results["short"][1]["output_ids"]), 100], order
+    for name, body in bodies.items():
+        assert results[name][0] == 200
+        assert _post(server.url, "/generate", body)[1]["output_ids"] == results[name][1]["output_ids"]

@@ -27,10 +27,11 @@ _SAMPLING_KEYS = {
     "stop_token_ids": list,
     "n": int,
     "sampling_seed": int,
+    "ignore_eos": bool,
+    "min_new_tokens": int,
 }
 # Accepted for compatibility with SGLang clients; they do not change what we compute.
-_INERT_SAMPLING = {"skip_special_tokens": True, "spaces_between_special_tokens": True, "no_stop_trim": False,
-                   "ignore_eos": False, "min_new_tokens": 0}
+_INERT_SAMPLING = {"skip_special_tokens": True, "spaces_between_special_tokens": True, "no_stop_trim": False}
 _GENERATE_KEYS = {"text", "input_ids", "sampling_params", "return_logprob", "rid", "stream", "logprob_start_len",
                   "top_logprobs_num", "return_text_in_logprobs"}
 
@@ -81,6 +82,8 @@ def sampling_from_sglang(params: Any, where: str = "sampling_params") -> tuple[S
             stop=tuple(stop),
             stop_token_ids=tuple(stop_ids),
             seed=params.get("sampling_seed"),
+            ignore_eos=params.get("ignore_eos", False),
+            min_new_tokens=params.get("min_new_tokens", 0),
         )
     except ValueError as e:
         raise BadRequest(f"{where}: {e}") from None
@@ -104,7 +107,7 @@ class GenerateRequest:
         unknown = set(body) - _GENERATE_KEYS
         if unknown:
             raise BadRequest(f"unknown field(s) {sorted(unknown)}")
-        if body.get("stream"):
+        if body.get("stream"):  # No client hljax supports streams; SGLangGenerator waits for whole outputs.
             raise BadRequest("stream=true is not supported by the hljax server")
         if body.get("top_logprobs_num"):
             raise BadRequest("top_logprobs_num is not supported by the hljax server")
@@ -165,7 +168,8 @@ def openai_sampling(body: dict, where: str) -> tuple[SamplingParams, int, bool]:
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens", 128))
     params = {"max_new_tokens": max_tokens}
     for ours, theirs in [("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"), ("stop", "stop"),
-                         ("n", "n"), ("sampling_seed", "seed"), ("stop_token_ids", "stop_token_ids")]:
+                         ("n", "n"), ("sampling_seed", "seed"), ("stop_token_ids", "stop_token_ids"),
+                         ("ignore_eos", "ignore_eos"), ("min_new_tokens", "min_tokens")]:
         if body.get(theirs) is not None:
             params[ours] = body[theirs]
     sampling, n = sampling_from_sglang(params, where)

@@ -1,11 +1,16 @@
-"""Batched generation for our NNX Qwen3 and Qwen3.5: one prefill of the left-padded batch, then a
-jitted decode loop over a static cache (KV caches; for Qwen3.5 also the fixed-size Gated DeltaNet
-states of its linear-attention layers, which the prefill leaves exactly as the unpadded row would).
+"""Batched generation for our NNX Qwen3 and Qwen3.5 with continuous batching and shared prefixes.
 
-Shapes are bucketed (batch, prompt width, new tokens and cache length to powers of two) so jit
-compiles once per bucket, not per request. Decoding runs in chunks of `decode_chunk` steps inside a
-`lax.while_loop` that exits early when every row is done; between chunks the host checks stop
-strings, which need the tokenizer.
+A batch is a fixed set of decode slots over a static cache (KV caches; for Qwen3.5 also the fixed-size
+Gated DeltaNet states). Each distinct prompt is prefilled once (left-padded with other new prompts,
+which leaves Qwen3.5's states exactly as the unpadded row would) and its cache copied into the slot
+of every sample that asks for it. Decoding runs in chunks of `decode_chunk` steps inside a
+`lax.while_loop`, every row at its own step and cache slot; between chunks the host checks stop
+strings (they need the tokenizer), retires finished rows and admits waiting ones into the free slots
+(`hljax.generate.scheduler.Batcher`).
+
+Shapes are bucketed (slots, prompt width, cache length, new tokens) so jit compiles once per bucket,
+not per request: batch sizes to powers of two, lengths to `prompt_buckets_per_octave` sizes between
+consecutive powers of two.
 
 What runs where: on a CPU the projections (prefill and decode) and the decode steps' attention may
 run on `hljax.kernels.cpu_decode` (`EngineConfig.cpu_kernels`; AVX-512 or AVX2 + FMA, fp32 or bf16
@@ -19,7 +24,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import math
 import threading
 from typing import Callable, Sequence
 
@@ -30,25 +34,33 @@ import numpy as np
 from flax import nnx
 
 from hljax import sharding as shd
-from hljax.generate.sampling import row_keys, sample
+from hljax.generate.sampling import mask_tokens, row_keys, sample
 from hljax.generate.types import FinishReason, SamplingParams
 from hljax.kernels import cpu_decode
 from hljax.models import dense, registry
 
 log = logging.getLogger(__name__)
 
-_NO_STOP = -1
+NO_STOP = -1
 
 
 @dataclasses.dataclass(frozen=True)
 class EngineConfig:
     """Static limits of the engine; they decide the jit buckets."""
 
-    max_batch: int = 16  # Rows per forward pass; larger requests are split.
-    max_seq_len: int = 4096  # Prompt + completion tokens per row (the cache length bound).
-    min_bucket: int = 16  # Smallest prompt-width / new-token bucket.
-    decode_chunk: int = 16  # Decode steps per jitted call between host-side stop-string checks.
+    max_batch: int = 16  # Decode slots: rows decoded together; more wait and join as slots free up.
+    # Prompt + completion tokens per row, capped by the model's max_position_embeddings (SGLang's
+    # --context-length); None: the model's. Longer requests are refused, naming both numbers.
+    max_seq_len: int | None = 4096
+    min_bucket: int = 16  # Smallest prompt-width / cache / new-token bucket; every length bucket is a multiple.
+    # Length buckets between consecutive powers of two (4: 64, 80, 96, 112, 128, ...): more means less
+    # padding (a 65-token prompt costs 80 slots, not 128) and more compilations (one per bucket).
+    prompt_buckets_per_octave: int = 4
+    decode_chunk: int = 16  # Decode steps per jitted call: the host checks stop strings and admits rows between.
     max_stop_ids: int = 8  # Stop token ids per row (request's + the model's EOS ids).
+    # Prefill each distinct prompt once and copy its cache to every row (the n samples of a request,
+    # identical prompts across requests) that asks for it; False prefills every row (for comparison).
+    share_prefixes: bool = True
     # Projections and decode attention through `hljax.kernels.cpu_decode` (one CPU device with AVX-512F
     # or AVX2 + FMA; fp32 or bf16 weights, which makes bf16 the fast path there as on accelerators):
     # "auto" uses them when they can run here and logs why not otherwise, "on" raises if they cannot,
@@ -58,6 +70,8 @@ class EngineConfig:
     def __post_init__(self):
         if self.cpu_kernels not in ("auto", "on", "off"):
             raise ValueError(f"EngineConfig.cpu_kernels must be 'auto', 'on' or 'off', got {self.cpu_kernels!r}")
+        if self.prompt_buckets_per_octave < 1:
+            raise ValueError(f"EngineConfig.prompt_buckets_per_octave must be >= 1, got {self.prompt_buckets_per_octave}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,87 +87,154 @@ class Output:
     finish_reason: FinishReason
     matched: int | str | None  # The stop token id or stop string that ended the row.
     text: str | None  # Detokenized (stop string excluded) when the engine has a tokenizer.
+    # Decode chunks the batch had run when this row joined it and when it finished (its batch's clock).
+    joined_at: int = -1
+    finished_at: int = -1
 
 
 class RequestError(ValueError):
     """A request the engine cannot serve (too long, bad token ids); servers answer it with a 400."""
 
 
+@dataclasses.dataclass
+class EngineStats:
+    """Counters since the engine started; `prompt_tokens_prefilled` < `prompt_tokens_received` when
+    prompts were shared (n samples, identical prompts)."""
+
+    rows: int = 0  # Completions finished.
+    prompt_tokens_received: int = 0  # Prompt tokens of every row admitted.
+    prompt_tokens_prefilled: int = 0  # Prompt tokens actually run through a prefill.
+    prefills: int = 0  # Prefill calls.
+    decode_chunks: int = 0
+    generated_tokens: int = 0
+
+
 @flax.struct.dataclass
-class DecodeState:
-    cache: list  # Per layer: qwen3.LayerCache (KV) or qwen3_5.LinearCache (conv + delta-rule state)
-    last: jax.Array  # [B] int32: the token fed at the next step
-    step: jax.Array  # [] int32: tokens generated so far
-    tokens: jax.Array  # [B, M] int32
-    logprobs: jax.Array  # [B, M] fp32
-    done: jax.Array  # [B] bool
+class RowParams:
+    """What each row's request asks for; set when the row joins a slot."""
+
     prompt_len: jax.Array  # [B] int32: real prompt length = position of the first generated token
-    kv_valid: jax.Array  # [B, S] bool: False at left-padding slots
     seeds: jax.Array  # [B] uint32
     temperature: jax.Array  # [B] fp32
     top_k: jax.Array  # [B] int32
     top_p: jax.Array  # [B] fp32
     max_new: jax.Array  # [B] int32
+    min_new: jax.Array  # [B] int32: stop ids are masked while fewer tokens were generated
     stop_ids: jax.Array  # [B, max_stop_ids] int32, -1 padded
 
 
-def _bucket(n: int, minimum: int) -> int:
-    return max(minimum, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
+@flax.struct.dataclass
+class DecodeState:
+    """The slot batch. Row b's prompt fills cache slots [width - prompt_len, width) (left-padded to its
+    prefill's width); its j-th token is fed at slot width + j - 1, so rows at different steps coexist."""
+
+    cache: list  # Per layer: qwen3.LayerCache (KV, [B, K, S, H]) or qwen3_5.LinearCache (conv + delta-rule state)
+    last: jax.Array  # [B] int32: the token fed at the row's next step
+    steps: jax.Array  # [B] int32: tokens generated so far by the row
+    width: jax.Array  # [B] int32: the row's prefill width (its first generated token's slot)
+    tokens: jax.Array  # [B, M] int32
+    logprobs: jax.Array  # [B, M] fp32
+    done: jax.Array  # [B] bool: finished, or a free slot
+    kv_valid: jax.Array  # [B, S] bool: False at left-padding slots
+    params: RowParams
 
 
-def _sample_step(st: DecodeState, logits: jax.Array, step: jax.Array) -> tuple[jax.Array, jax.Array]:
-    return sample(logits, row_keys(st.seeds, step), st.temperature, st.top_k, st.top_p)
-
-
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
-def _prefill(graphdef, params, st: DecodeState, tokens: jax.Array, positions: jax.Array) -> DecodeState:
-    """tokens, positions: [B, W] left-padded prompts."""
-    model = nnx.merge(graphdef, params)
-    h, cache = model.decode_step(tokens, positions, st.kv_valid, st.cache, 0, prefill=True)
-    logits = model.logits(h[:, -1:])[:, 0]  # Left padding puts every row's last prompt token last.
-    tok, lp = _sample_step(st, logits, jnp.int32(0))
-    stopped = jnp.any(tok[:, None] == st.stop_ids, axis=-1)
-    return st.replace(
-        cache=cache,
-        last=tok,
-        step=jnp.int32(1),
-        tokens=st.tokens.at[:, 0].set(tok),
-        logprobs=st.logprobs.at[:, 0].set(lp),
-        done=st.done | stopped | (st.max_new <= 1),
+def empty_state(cfg, batch: int, cache_len: int, max_new: int, max_stop_ids: int) -> DecodeState:
+    """A DecodeState whose `batch` slots are all free."""
+    zeros = lambda dt: jnp.zeros((batch,), dt)  # noqa: E731
+    return DecodeState(
+        cache=registry.init_cache(cfg, batch, cache_len),
+        last=zeros(jnp.int32), steps=jnp.ones((batch,), jnp.int32), width=jnp.ones((batch,), jnp.int32),
+        tokens=jnp.zeros((batch, max_new), jnp.int32), logprobs=jnp.zeros((batch, max_new), jnp.float32),
+        done=jnp.ones((batch,), bool), kv_valid=jnp.ones((batch, cache_len), bool),
+        params=RowParams(zeros(jnp.int32), zeros(jnp.uint32), zeros(jnp.float32), zeros(jnp.int32),
+                         zeros(jnp.float32), zeros(jnp.int32), zeros(jnp.int32),
+                         jnp.full((batch, max_stop_ids), NO_STOP, jnp.int32)),
     )
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2, 4, 5), donate_argnums=(3,))
-def _decode_chunk(graphdef, params, kernels: bool, st: DecodeState, width: int, n_steps: int) -> DecodeState:
+def bucket(n: int, minimum: int, per_octave: int = 1) -> int:
+    """The smallest bucket >= max(n, minimum): `per_octave` evenly spaced sizes in each (2^(k-1), 2^k],
+    each a multiple of `minimum` (per_octave=1: powers of two)."""
+    n = max(n, minimum, 1)
+    p = 1 << (n - 1).bit_length()  # The power of two >= n.
+    step = max(minimum, p // 2 // per_octave) if per_octave > 1 else p
+    return min(p, -(-n // step) * step)
+
+
+def _sample_masked(p: RowParams, logits: jax.Array, steps: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Sample each row's token at its own step, its stop ids forbidden below min_new_tokens."""
+    logits = mask_tokens(logits, p.stop_ids, steps < p.min_new)
+    return sample(logits, row_keys(p.seeds, steps), p.temperature, p.top_k, p.top_p)
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _prefill(graphdef, params, tokens: jax.Array, positions: jax.Array, kv_valid: jax.Array):
+    """tokens, positions, kv_valid: [U, W] left-padded distinct prompts -> (cache of W slots, fp32
+    logits [U, V] at each prompt's last token)."""
+    model = nnx.merge(graphdef, params)
+    U, W = tokens.shape
+    cache = registry.init_cache(model.cfg, U, W)
+    h, cache = model.decode_step(tokens, positions, kv_valid, cache, 0, prefill=True)
+    return cache, model.logits(h[:, -1:])[:, 0]  # Left padding puts every row's last prompt token last.
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def _insert(st: DecodeState, cache, logits, kv_valid, src: jax.Array, dst: jax.Array, rows: RowParams) -> DecodeState:
+    """Rows join free slots: slot dst[r] takes prefilled prompt src[r] (cache [U, ., W, .], logits [U, V],
+    kv_valid [U, W]) and samples its first token (step 0) with its own params. dst = B pads (skipped)."""
+    B, S = st.kv_valid.shape
+    W = kv_valid.shape[1]
+    tok, lp = _sample_masked(rows, logits[src], jnp.zeros_like(src))
+    stopped = jnp.any(tok[:, None] == rows.stop_ids, axis=-1) | (rows.max_new <= 1)
+    put = lambda a, v: a.at[dst].set(v.astype(a.dtype), mode="drop")  # noqa: E731
+    first = lambda v, a: jnp.zeros((len(src),) + a.shape[1:], a.dtype).at[:, 0].set(v)  # noqa: E731
+    valid = jnp.concatenate([kv_valid[src], jnp.ones((len(src), S - W), bool)], axis=1)
+    return st.replace(
+        cache=registry.copy_rows(st.cache, cache, src, dst),
+        last=put(st.last, tok),
+        steps=put(st.steps, jnp.ones_like(src)),
+        width=put(st.width, jnp.full_like(src, W)),
+        tokens=put(st.tokens, first(tok, st.tokens)),
+        logprobs=put(st.logprobs, first(lp, st.logprobs)),
+        done=put(st.done, stopped),
+        kv_valid=put(st.kv_valid, valid),
+        params=jax.tree.map(put, st.params, rows),
+    )
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2, 4), donate_argnums=(3,))
+def _decode_chunk(graphdef, params, kernels: bool, st: DecodeState, n_steps: int) -> DecodeState:
     """kernels: decode attention through the CPU kernel (params then hold `dense.pack_state` weights)."""
     model = nnx.merge(graphdef, params)
     with dense.use_kernels() if kernels else contextlib.nullcontext():
-        return _decode_loop(model, st, width, n_steps)
+        return _decode_loop(model, st, n_steps)
 
 
-def _decode_loop(model, st: DecodeState, width: int, n_steps: int) -> DecodeState:
-    M = st.tokens.shape[1]
+def _decode_loop(model, st: DecodeState, n_steps: int) -> DecodeState:
+    B, M = st.tokens.shape
+    rows = jnp.arange(B)
+    p = st.params
 
     def cond(carry):
         i, s = carry
-        return (i < n_steps) & (s.step < M) & ~jnp.all(s.done)
+        return (i < n_steps) & ~jnp.all(s.done)
 
     def body(carry):
         i, s = carry
-        j = s.step
-        position = (s.prompt_len + j - 1)[:, None]
-        h, cache = model.decode_step(s.last[:, None], position, s.kv_valid, s.cache, width + j - 1)
-        tok, lp = _sample_step(s, model.logits(h)[:, 0], j)
-        tok = jnp.where(s.done, 0, tok)
-        lp = jnp.where(s.done, 0.0, lp)
-        stopped = ~s.done & jnp.any(tok[:, None] == s.stop_ids, axis=-1)
+        j, live = s.steps, ~s.done
+        position = (p.prompt_len + j - 1)[:, None]
+        h, cache = model.decode_step(s.last[:, None], position, s.kv_valid, s.cache, s.width + j - 1)
+        tok, lp = _sample_masked(p, model.logits(h)[:, 0], j)
+        stopped = live & jnp.any(tok[:, None] == p.stop_ids, axis=-1)
+        col = jnp.where(live, j, M)  # Finished and free rows write nothing (M is out of range).
         s = s.replace(
             cache=cache,
-            last=tok,
-            step=j + 1,
-            tokens=jax.lax.dynamic_update_slice_in_dim(s.tokens, tok[:, None], j, axis=1),
-            logprobs=jax.lax.dynamic_update_slice_in_dim(s.logprobs, lp[:, None], j, axis=1),
-            done=s.done | stopped | (j + 1 >= s.max_new),
+            last=jnp.where(live, tok, s.last),
+            steps=j + live,
+            tokens=s.tokens.at[rows, col].set(tok, mode="drop"),
+            logprobs=s.logprobs.at[rows, col].set(lp, mode="drop"),
+            done=s.done | stopped | (live & (j + 1 >= p.max_new)),
         )
         return i + 1, s
 
@@ -172,6 +253,8 @@ class Engine:
         self.kernels: bool | None = None  # Decode through hljax.kernels.cpu_decode; set by the first model.
         self.set_model(model)
         self._rng = np.random.default_rng()
+        self.stats = EngineStats()
+        self._stats_lock = threading.Lock()
 
     def set_model(self, model: registry.Model, weight_version: str | None = None) -> None:
         """Swap weights atomically (a batch in flight finishes on the old ones); jit caches stay valid
@@ -207,17 +290,40 @@ class Engine:
         return self.kernels
 
     def generate(self, requests: Sequence[Request]) -> list[Output]:
-        """One Output per request, in request order."""
+        """One Output per request, in request order; rows beyond `max_batch` join as slots free up."""
+        from hljax.generate.scheduler import Batcher  # The batcher drives this module's jitted steps.
+
         self.validate(requests)
-        order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
-        outputs: list[Output | None] = [None] * len(requests)
+        batcher = Batcher(self)
+        ticket = batcher.add(requests)
+        while not ticket.done:
+            batcher.step()
+        return ticket.outputs
+
+    def snapshot(self):
+        """(graphdef, params, kernels, weight_version) of the weights now served; a batch keeps its snapshot."""
         with self._lock:
-            graphdef, params, kernels = self._graphdef, self._params, bool(self.kernels)
-        for start in range(0, len(order), self.config.max_batch):
-            group = order[start : start + self.config.max_batch]
-            for i, out in zip(group, self._generate_batch(graphdef, params, kernels, [requests[i] for i in group])):
-                outputs[i] = out
-        return outputs
+            return self._graphdef, self._params, bool(self.kernels), self.weight_version
+
+    @property
+    def context_length(self) -> int:
+        """Prompt + completion tokens a row may have: max_position_embeddings capped by max_seq_len."""
+        cap = self.config.max_seq_len
+        return min(self.model_config.max_position_embeddings, cap) if cap else self.model_config.max_position_embeddings
+
+    def count(self, **increments: int) -> None:
+        with self._stats_lock:
+            for k, v in increments.items():
+                setattr(self.stats, k, getattr(self.stats, k) + v)
+
+    def stop_ids(self, sampling: SamplingParams) -> tuple[int, ...]:
+        """Token ids that end a row: the request's and the model's EOS ids, none under ignore_eos (SGLang's rule)."""
+        if sampling.ignore_eos:
+            return ()
+        return tuple(sorted(set(sampling.stop_token_ids) | set(self.model_config.eos_token_ids)))
+
+    def new_seed(self) -> int:
+        return int(self._rng.integers(2**31))
 
     def validate(self, requests: Sequence[Request]) -> None:
         """Raise RequestError naming the first request the engine cannot serve."""
@@ -230,79 +336,36 @@ class Engine:
             raise RequestError(f"request {i}: empty prompt")
         if min(r.prompt_ids) < 0 or max(r.prompt_ids) >= cfg.vocab_size:
             raise RequestError(f"request {i}: token ids must be in [0, {cfg.vocab_size})")
-        total = len(r.prompt_ids) + r.sampling.max_new_tokens
-        if total > self.config.max_seq_len:
+        # SGLang's wording, which clients parse for the numbers.
+        n, m, context = len(r.prompt_ids), r.sampling.max_new_tokens, self.context_length
+        if n >= context:
+            raise RequestError(f"request {i}: The input ({n} tokens) is longer than the model's context length "
+                               f"({context} tokens).")
+        if n + m > context:
             raise RequestError(
-                f"request {i}: prompt of {len(r.prompt_ids)} tokens + max_new_tokens {r.sampling.max_new_tokens} "
-                f"exceeds the context of {self.config.max_seq_len} tokens"
-            )
+                f"request {i}: Requested token count exceeds the model's maximum context length of {context} tokens. "
+                f"You requested a total of {n + m} tokens: {n} tokens from the input messages and {m} tokens for "
+                "the completion. Please reduce the number of tokens in the input messages or the completion to fit "
+                "within the limit.")
         if len(set(r.sampling.stop_token_ids) | set(cfg.eos_token_ids)) > self.config.max_stop_ids:
             raise RequestError(f"request {i}: more than {self.config.max_stop_ids} stop token ids")
 
-    def _batch_size(self, n: int) -> int:
+    def batch_size(self, n: int) -> int:
+        """Slots for n rows: a power of two, a multiple of the mesh's batch shards."""
         shard = shd.axes_size(self.mesh, ("data", "fsdp"))
-        b = max(_bucket(n, 1), shard)
+        b = max(bucket(n, 1), shard)
         return -(-b // shard) * shard
 
-    def _generate_batch(self, graphdef, params, kernels: bool, requests: list[Request]) -> list[Output]:
-        cfg, ecfg = self.model_config, self.config
-        n = len(requests)
-        B = self._batch_size(n)
-        width = _bucket(max(len(r.prompt_ids) for r in requests), ecfg.min_bucket)
-        M = _bucket(max(r.sampling.max_new_tokens for r in requests), ecfg.min_bucket)
-        S = _bucket(width + M, ecfg.min_bucket)
-        pad_rows = [Request((0,), SamplingParams(max_new_tokens=1, temperature=0.0))] * (B - n)
-        rows = requests + pad_rows
+    def length_bucket(self, n: int) -> int:
+        return bucket(n, self.config.min_bucket, self.config.prompt_buckets_per_octave)
 
-        tokens = np.zeros((B, width), np.int32)
-        positions = np.zeros_like(tokens)
-        kv_valid = np.ones((B, S), bool)
-        stop_ids = np.full((B, ecfg.max_stop_ids), _NO_STOP, np.int32)
-        for b, r in enumerate(rows):
-            L = len(r.prompt_ids)
-            tokens[b, width - L : width] = r.prompt_ids
-            positions[b, width - L : width] = np.arange(L)
-            kv_valid[b, : width - L] = False
-            ids = sorted(set(r.sampling.stop_token_ids) | set(cfg.eos_token_ids))
-            stop_ids[b, : len(ids)] = ids
-        seeds = [r.sampling.seed if r.sampling.seed is not None else int(self._rng.integers(2**31)) for r in rows]
+    def stop_string_hit(self, token_ids: list[int], stops: Sequence[str]) -> bool:
+        text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        return any(s in text for s in stops)
 
-        with shd.use_mesh(self.mesh):
-            st = DecodeState(
-                cache=registry.init_cache(cfg, B, S),
-                last=jnp.zeros((B,), jnp.int32),
-                step=jnp.int32(0),
-                tokens=jnp.zeros((B, M), jnp.int32),
-                logprobs=jnp.zeros((B, M), jnp.float32),
-                done=jnp.asarray([False] * n + [True] * (B - n)),
-                prompt_len=jnp.asarray([len(r.prompt_ids) for r in rows], jnp.int32),
-                kv_valid=jnp.asarray(kv_valid),
-                seeds=jnp.asarray(np.asarray(seeds, np.uint32)),
-                temperature=jnp.asarray([r.sampling.temperature for r in rows], jnp.float32),
-                top_k=jnp.asarray([r.sampling.top_k for r in rows], jnp.int32),
-                top_p=jnp.asarray([r.sampling.top_p for r in rows], jnp.float32),
-                max_new=jnp.asarray([r.sampling.max_new_tokens for r in rows], jnp.int32),
-                stop_ids=jnp.asarray(stop_ids),
-            )
-            st = _prefill(graphdef, params, st, jnp.asarray(tokens), jnp.asarray(positions))
-            stop_strings = [r.sampling.stop for r in rows]
-            while not bool(jnp.all(st.done)) and int(st.step) < M:
-                st = _decode_chunk(graphdef, params, kernels, st, width, ecfg.decode_chunk)
-                if any(stop_strings) and self.tokenizer is not None:
-                    st = st.replace(done=st.done | jnp.asarray(self._stop_string_hits(st, stop_strings)))
-        toks, lps = np.asarray(st.tokens), np.asarray(st.logprobs)
-        return [self._finish(toks[b], lps[b], r, set(stop_ids[b]) - {_NO_STOP}) for b, r in enumerate(requests)]
-
-    def _stop_string_hits(self, st: DecodeState, stop_strings) -> np.ndarray:
-        toks, done, step = np.asarray(st.tokens), np.asarray(st.done), int(st.step)
-        hits = np.zeros(len(stop_strings), bool)
-        for b, stops in enumerate(stop_strings):
-            if stops and not done[b]:
-                text = self.tokenizer.decode(toks[b, :step].tolist(), skip_special_tokens=True)
-                hits[b] = any(s in text for s in stops)
-        return hits
-
-    def _finish(self, toks: np.ndarray, lps: np.ndarray, r: Request, stop_ids: set[int]) -> Output:
+    def finish(self, toks: np.ndarray, lps: np.ndarray, r: Request) -> Output:
+        """A finished row's generated tokens and logprobs -> its Output (cut at a stop id or stop string)."""
+        stop_ids = set(self.stop_ids(r.sampling))
         n = min(r.sampling.max_new_tokens, len(toks))
         ids = toks[:n].tolist()
         reason: FinishReason = "length"

@@ -7,9 +7,20 @@ import jax.numpy as jnp
 
 
 def row_keys(seeds: jax.Array, step: jax.Array) -> jax.Array:
-    """seeds: [B] uint32, step: scalar -> [B] keys. A row's randomness depends on its seed and step only,
-    never on its batch neighbours, so the same seed gives the same tokens in any batch."""
-    return jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), step))(seeds)
+    """seeds: [B] uint32, step: scalar or [B] (each row's own step) -> [B] keys. A row's randomness
+    depends on its seed and step only, never on its batch neighbours or when it joined the batch, so
+    the same seed gives the same tokens in any batch."""
+    steps = jnp.broadcast_to(jnp.asarray(step, jnp.int32), seeds.shape)
+    return jax.vmap(lambda s, t: jax.random.fold_in(jax.random.key(s), t))(seeds, steps)
+
+
+def mask_tokens(logits: jax.Array, token_ids: jax.Array, active: jax.Array) -> jax.Array:
+    """logits: [B, V]; token_ids: [B, K] (-1 = none); active: [B] bool -> logits with those ids at -inf
+    in the active rows: `min_new_tokens` forbids the stop tokens until enough have been generated (as
+    SGLang and transformers do, so the reported logprobs are of the distribution sampled from)."""
+    B, V = logits.shape
+    ids = jnp.where(active[:, None] & (token_ids >= 0), token_ids, V)  # V is out of range: dropped.
+    return logits.at[jnp.arange(B)[:, None], ids].set(-jnp.inf, mode="drop")
 
 
 def token_logprobs(logits: jax.Array, temperature: jax.Array) -> jax.Array:

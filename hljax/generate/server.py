@@ -1,12 +1,13 @@
 """An HTTP server that speaks the subset of SGLang's API hljax uses, over our JAX engine.
 
-Batching is *step batching*: a scheduler thread takes every request queued while the previous
-batch ran, generates them together (the engine splits them into `max_batch` rows), then repeats.
-Rows of one batch finish together, so a short request may wait for a long one in the same batch.
+Batching is *continuous*: a scheduler thread owns the engine's `Batcher`; requests from many HTTP
+threads queue up and join the running decode batch at the next chunk boundary (every `decode_chunk`
+steps), and each finished row frees its slot at once, so a short request never waits for a long one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -17,56 +18,70 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
+import jax.numpy as jnp
+
 from hljax.generate import api
 from hljax.generate.engine import Output, Request, RequestError
 from hljax.generate.local import LocalGenerator, expand, load_engine_weights, render_chat
+from hljax.generate.scheduler import Batcher
 from hljax.generate.types import SamplingParams
 
 log = logging.getLogger(__name__)
 
 
 class Scheduler:
-    """Collects engine requests from many HTTP threads and runs them in shared batches."""
+    """Feeds requests from many HTTP threads into one continuous batch, run by its own thread."""
 
     def __init__(self, generator: LocalGenerator):
         self.engine = generator.engine
-        self._queue: queue.Queue[tuple[list[Request], Future]] = queue.Queue()
+        self.batcher = Batcher(self.engine)
+        self._inbox: queue.Queue[tuple[list[Request], Future]] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="hljax-scheduler", daemon=True)
         self._thread.start()
 
     def submit(self, requests: list[Request]) -> list[Output]:
         self.engine.validate(requests)  # Fail this request alone, before it joins a batch.
         future: Future = Future()
-        self._queue.put((requests, future))
+        self._inbox.put((requests, future))
         return future.result()
 
+    @property
+    def queued(self) -> int:
+        """Submissions not yet taken in by the scheduler thread."""
+        return self._inbox.qsize()
+
     def _loop(self):
+        futures: dict[int, Future] = {}
         while True:
-            pending = [self._queue.get()]
+            # Block only when there is nothing to decode; otherwise take what arrived and go on.
+            items = [self._inbox.get()] if self.batcher.idle else []
             while True:
                 try:
-                    pending.append(self._queue.get_nowait())
+                    items.append(self._inbox.get_nowait())
                 except queue.Empty:
                     break
-            flat = [r for reqs, _ in pending for r in reqs]
+            for requests, future in items:
+                futures[id(self.batcher.add(requests))] = future
             try:
-                outputs = self.engine.generate(flat)
+                completed = self.batcher.step()
             except Exception as e:  # noqa: BLE001 - every waiting client must hear about it.
-                log.exception("batch of %d rows failed", len(flat))
-                for _, fut in pending:
-                    fut.set_exception(e)
+                log.exception("decode batch failed; failing its %d request(s)", len(futures))
+                for future in futures.values():
+                    future.set_exception(e)
+                futures.clear()
+                self.batcher = Batcher(self.engine)
                 continue
-            start = 0
-            for reqs, fut in pending:
-                fut.set_result(outputs[start : start + len(reqs)])
-                start += len(reqs)
+            for ticket in completed:
+                futures.pop(id(ticket)).set_result(ticket.outputs)
 
 
 class App:
     """Routes and handlers; one per server."""
 
-    def __init__(self, generator: LocalGenerator, model_path: str):
+    def __init__(self, generator: LocalGenerator, model_path: str, server_args: dict | None = None):
+        """server_args: how the server was started (host, port, ...), reported by /get_server_info."""
         self.generator = generator
+        self.server_args = dict(server_args or {})
         self.tokenizer = generator.tokenizer
         self.model_path = model_path
         self.model_name = os.path.basename(os.path.normpath(model_path))
@@ -80,6 +95,8 @@ class App:
             ("GET", "/health_generate"): self.health,
             ("GET", "/model_info"): self.model_info,
             ("GET", "/get_model_info"): self.model_info,
+            ("GET", "/get_server_info"): self.server_info,
+            ("GET", "/server_info"): self.server_info,
             ("POST", "/update_weights_from_disk"): self.update_weights_from_disk,
             ("POST", "/flush_cache"): self.flush_cache,
             ("GET", "/flush_cache"): self.flush_cache,
@@ -156,8 +173,28 @@ class App:
         return HTTPStatus.OK, {"status": "ok", "weight_version": self.version}
 
     def model_info(self, body):
+        # SGLang's fields; hljax serves text-only Qwen3 / Qwen3.5 causal LMs.
+        cfg = self.generator.engine.model_config
         return HTTPStatus.OK, {"model_path": self.model_path, "tokenizer_path": self.model_path,
-                               "is_generation": True, "weight_version": self.version}
+                               "is_generation": True, "preferred_sampling_params": None,
+                               "weight_version": self.version, "has_image_understanding": False,
+                               "has_audio_understanding": False, "model_type": cfg.model_type,
+                               "architectures": _architectures(self.model_path)}
+
+    def server_info(self, body):
+        """SGLang's shape: the server arguments, then the engine's limits and internal state."""
+        engine = self.generator.engine
+        ecfg = engine.config
+        return HTTPStatus.OK, {
+            **self.server_args,
+            "model_path": self.model_path, "tokenizer_path": self.model_path,
+            "context_length": engine.context_length, "max_running_requests": ecfg.max_batch,
+            "dtype": jnp.dtype(engine.model_config.param_dtype).name,
+            "decode_chunk": ecfg.decode_chunk, "share_prefixes": ecfg.share_prefixes,
+            "max_req_input_len": engine.context_length - 1, "weight_version": self.version,
+            "internal_states": [{**dataclasses.asdict(engine.stats), "running_rows": self.scheduler.batcher.active}],
+            "version": "hljax",
+        }
 
     def update_weights_from_disk(self, body):
         if not isinstance(body, dict) or not isinstance(body.get("model_path"), str):
@@ -178,6 +215,14 @@ class App:
 
     def flush_cache(self, body):
         return HTTPStatus.OK, {"success": True, "message": "Cache flushed (the engine keeps no prefix cache)."}
+
+
+def _architectures(model_path: str) -> list[str]:
+    try:
+        with open(os.path.join(model_path, "config.json")) as f:
+            return list(json.load(f).get("architectures") or [])
+    except (OSError, ValueError):
+        return []
 
 
 def _handler(app: App):
@@ -230,9 +275,12 @@ def _handler(app: App):
 class Server:
     """`with Server(generator, path, port=0) as s: s.url` serves in a background thread."""
 
-    def __init__(self, generator: LocalGenerator, model_path: str, host: str = "127.0.0.1", port: int = 0):
-        self.app = App(generator, model_path)
-        self.httpd = ThreadingHTTPServer((host, port), _handler(self.app))
+    def __init__(self, generator: LocalGenerator, model_path: str, host: str = "127.0.0.1", port: int = 0,
+                 server_args: dict | None = None):
+        self.httpd = ThreadingHTTPServer((host, port), None)
+        args = {"host": host, "port": self.httpd.server_address[1], **(server_args or {})}
+        self.app = App(generator, model_path, args)
+        self.httpd.RequestHandlerClass = _handler(self.app)
         self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 

@@ -24,6 +24,9 @@ class SamplingParams:
     stop: tuple[str, ...] = ()  # Strings that end a completion.
     stop_token_ids: tuple[int, ...] = ()  # Token ids that end a completion (besides EOS).
     seed: int | None = None  # Same seed, same prompt, same weights -> same tokens.
+    # SGLang's: no stop token ends the completion (neither EOS nor stop_token_ids; stop strings still do).
+    ignore_eos: bool = False
+    min_new_tokens: int = 0  # Stop tokens are masked out (-inf logits) until this many were generated.
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -34,6 +37,9 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k == 0 or self.top_k < -1:
             raise ValueError(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise ValueError(f"min_new_tokens must be in [0, max_new_tokens={self.max_new_tokens}], "
+                             f"got {self.min_new_tokens}")
 
     def to_sglang(self) -> dict:
         """The `sampling_params` dict of SGLang's `/generate`."""
@@ -47,6 +53,10 @@ class SamplingParams:
         }
         if self.seed is not None:
             out["sampling_seed"] = self.seed
+        if self.ignore_eos:
+            out["ignore_eos"] = True
+        if self.min_new_tokens:
+            out["min_new_tokens"] = self.min_new_tokens
         return out
 
 

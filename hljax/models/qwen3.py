@@ -43,6 +43,27 @@ class LayerCache:
     v: jax.Array  # [B, K, S, H]
 
 
+def write_kv(cache: LayerCache, k: jax.Array, v: jax.Array, cache_index) -> LayerCache:
+    """k, v: [B, K, T, H] written at slots [i, i + T) of `cache`.
+
+    cache_index: a scalar (every row at the same slots, as a left-padded batch is), or [B] int with
+    T == 1 (one slot per row: the engine's continuous batch, whose rows sit at different steps)."""
+    if jnp.ndim(cache_index) == 0:
+        put = lambda c, x: jax.lax.dynamic_update_slice_in_dim(c, x.astype(c.dtype), cache_index, axis=2)  # noqa: E731
+    else:
+        rows = jnp.arange(k.shape[0])
+        put = lambda c, x: c.at[rows, :, cache_index].set(x[:, :, 0].astype(c.dtype))  # noqa: E731
+    return LayerCache(put(cache.k, k), put(cache.v, v))
+
+
+def decode_mask(kv_valid: jax.Array, cache_index, T: int, width: int) -> jax.Array:
+    """[B, T, width] bool: query t of row b (at slot cache_index (+ b's own, when [B]) + t) sees the
+    slots up to its own that kv_valid marks real."""
+    at = jnp.reshape(cache_index, (-1, 1)) + jnp.arange(T)  # [B or 1, T]
+    causal = jnp.arange(width)[None, None, :] <= at[:, :, None]
+    return causal & kv_valid[:, :width].astype(bool)[:, None, :]
+
+
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> list[LayerCache]:
     shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
     dtype = dtype or cfg.dtype
@@ -98,14 +119,11 @@ class Attention(nnx.Module):
         v = shd.constrain(v.transpose(0, 2, 1, 3), act_kv)
 
         if cache is not None:
-            cache = LayerCache(
-                jax.lax.dynamic_update_slice_in_dim(cache.k, k.astype(cache.k.dtype), cache_index, axis=2),
-                jax.lax.dynamic_update_slice_in_dim(cache.v, v.astype(cache.v.dtype), cache_index, axis=2),
-            )
+            cache = write_kv(cache, k, v, cache_index)
             if mask.shape[-1] != T:  # Decode: attend over the whole cache. Prefill: over the fresh keys.
                 k, v = cache.k.astype(x.dtype), cache.v.astype(x.dtype)
 
-        out = kernel_attention(q, k, v, mask, cfg.head_dim**-0.5, cache_index + T) if cache is not None else None
+        out = kernel_attention(q, k, v, mask, cfg.head_dim**-0.5, jnp.max(cache_index) + T) if cache is not None else None
         if out is None:
             q = q.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim).transpose(0, 2, 3, 1, 4)  # [B, K, G, T, H]
             scores = jnp.einsum("BKGTH,BKSH->BKGTS", q, k, preferred_element_type=jnp.float32)
@@ -188,14 +206,13 @@ class Qwen3(nnx.Module):
     ) -> tuple[jax.Array, list[LayerCache]]:
         """Write T new tokens at cache slots [cache_index, cache_index + T) and attend to the cache.
 
-        tokens, positions: [B, T]; kv_valid: [B, S] (False for padding slots)
+        tokens, positions: [B, T]; kv_valid: [B, S] (False for padding slots); cache_index: a scalar,
+        or [B] (each row's own slot, T == 1; see `write_kv`)
         -> (final-norm hidden states [B, T, D], cache). Callers project only the rows they need.
         prefill=True (cache_index 0) attends over the T fresh keys only, not all S slots.
         """
         T, S = tokens.shape[1], cache[0].k.shape[2]
-        width = T if prefill else S
-        causal = jnp.arange(width)[None, :] <= (cache_index + jnp.arange(T))[:, None]  # [T, width]
-        mask = causal[None] & kv_valid[:, :width].astype(bool)[:, None, :]
+        mask = decode_mask(kv_valid, cache_index, T, T if prefill else S)
         return self._decode(tokens, positions, mask, cache, cache_index)
 
     def _decode(self, tokens, positions, mask, caches, cache_index):

@@ -29,7 +29,8 @@ from hljax import sharding as shd
 from hljax.models import gated_deltanet as gdn
 from hljax.models.config import ModelConfig
 from hljax.models.dense import dense, kernel_attention
-from hljax.models.qwen3 import _MASKED, MLP, LayerCache, _normal, _ones, _param, _zeros, logits, remat_call
+from hljax.models.qwen3 import (_MASKED, MLP, LayerCache, _normal, _ones, _param, _zeros, decode_mask, logits,
+                                remat_call, write_kv)
 from hljax.models.rope import apply_rope, cos_sin, inv_frequencies
 
 
@@ -117,13 +118,10 @@ class GatedAttention(nnx.Module):
         k = shd.constrain(rotate(k).transpose(0, 2, 1, 3), act_kv)  # [B, K, T, H]
         v = shd.constrain(v.transpose(0, 2, 1, 3), act_kv)
         if cache is not None:
-            cache = LayerCache(
-                jax.lax.dynamic_update_slice_in_dim(cache.k, k.astype(cache.k.dtype), cache_index, axis=2),
-                jax.lax.dynamic_update_slice_in_dim(cache.v, v.astype(cache.v.dtype), cache_index, axis=2),
-            )
+            cache = write_kv(cache, k, v, cache_index)
             if mask.shape[-1] != T:  # Decode: attend over the whole cache. Prefill: over the fresh keys.
                 k, v = cache.k.astype(x.dtype), cache.v.astype(x.dtype)
-        out = kernel_attention(q, k, v, mask, H**-0.5, cache_index + T) if cache is not None else None
+        out = kernel_attention(q, k, v, mask, H**-0.5, jnp.max(cache_index) + T) if cache is not None else None
         if out is not None:
             out = out.reshape(B, T, cfg.num_heads, H)
         else:
@@ -249,14 +247,14 @@ class Qwen3_5(nnx.Module):
     def decode_step(self, tokens, positions, kv_valid, cache, cache_index, *, prefill: bool = False):
         """As `Qwen3.decode_step`: T new tokens at cache slots [cache_index, cache_index + T).
 
-        tokens, positions: [B, T]; kv_valid: [B, S] (False at padding slots); cache from `init_cache`
+        tokens, positions: [B, T]; kv_valid: [B, S] (False at padding slots); cache from `init_cache`;
+        cache_index a scalar or [B] (as in Qwen3)
         -> (final-norm hidden states [B, T, D], cache). Linear-attention layers read kv_valid at the new
         tokens' slots to zero padding; their state replaces the old one (no slots)."""
-        T, S = tokens.shape[1], kv_valid.shape[1]
-        width = T if prefill else S
-        causal = jnp.arange(width)[None, :] <= (cache_index + jnp.arange(T))[:, None]  # [T, width]
-        mask = causal[None] & kv_valid[:, :width].astype(bool)[:, None, :]
-        valid = jax.lax.dynamic_slice_in_dim(kv_valid.astype(bool), cache_index, T, axis=1)
+        B, T, S = tokens.shape[0], tokens.shape[1], kv_valid.shape[1]
+        mask = decode_mask(kv_valid, cache_index, T, T if prefill else S)
+        at = jnp.broadcast_to(jnp.reshape(cache_index, (-1, 1)) + jnp.arange(T), (B, T))
+        valid = jnp.take_along_axis(kv_valid.astype(bool), at, axis=1)
         return self._decode(tokens, positions, mask, valid, cache, cache_index)
 
     def _decode(self, tokens, positions, mask, valid, caches, cache_index):

@@ -26,3 +26,18 @@ def create(cfg: ModelConfig, mesh: jax.sharding.Mesh, seed: int = 0) -> Model:
     """A randomly initialised model of `cfg`'s architecture, born sharded on `mesh`."""
     with shd.use_mesh(mesh):
         return model_class(cfg)(cfg, rngs=nnx.Rngs(seed))
+
+
+def copy_rows(dst: list, src: list, src_rows: jax.Array, dst_rows: jax.Array) -> list:
+    """Row src_rows[r] of cache `src` into row dst_rows[r] of cache `dst` (a dst row out of range is
+    skipped: padding). KV caches copy their first W slots (src's length, at most dst's); Qwen3.5's
+    linear-attention states, which have no slots, copy whole. This is how one prefilled prompt serves
+    several decode rows (its n samples) without being prefilled again."""
+    def one(d, s):
+        if isinstance(d, qwen3.LayerCache):
+            W = s.k.shape[2]
+            put = lambda a, b: a.at[dst_rows, :, :W].set(b[src_rows].astype(a.dtype), mode="drop")  # noqa: E731
+            return qwen3.LayerCache(put(d.k, s.k), put(d.v, s.v))
+        return jax.tree.map(lambda a, b: a.at[dst_rows].set(b[src_rows].astype(a.dtype), mode="drop"), d, s)
+
+    return [one(d, s) for d, s in zip(dst, src)]
