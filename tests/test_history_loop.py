@@ -17,11 +17,9 @@ from hljax.loop.rewards import Outcome, failure_kind
 from hljax.loop.states import StatePool, StatesSpec
 from hljax.tasks.reasoning_gym import ReasoningGymTask, RGTaskConfig
 from hljax.tasks.suite import split_config
-from sandbox.config import SandboxConfig
 from sandbox.isolation import bwrap_path as _bwrap_path
-from sandbox.pool import SandboxPool
-from tests._sandbox_fakes import EchoGenerator
 from tests.test_adapt import CFG, SEED_LINE, ScriptedProposer, block
+from tests.test_adapt import pool, task  # noqa: F401 (fixtures: one gcd task, one sandbox worker)
 from tests.test_history import apply_unified_diff
 from tests.test_states import Proposer as StatesProposer
 
@@ -47,18 +45,6 @@ class Recording(ScriptedProposer):
 
 def section(prompt: str) -> str:
     return prompt.split(TITLE)[1].split("\n\n## Your answer\n")[0]
-
-
-@pytest.fixture(scope="module")
-def task():
-    return ReasoningGymTask(RGTaskConfig(family="gcd", formats=("bare",), pool_size=600,
-                                         splits=split_config(2, 8, 8, seed=0)))
-
-
-@pytest.fixture(scope="module")
-def pool():
-    with SandboxPool(SandboxConfig(workers=1, slots_per_worker=4), EchoGenerator()) as p:
-        yield p
 
 
 def _run(task, pool, directory, prompt, stop_after=None):
