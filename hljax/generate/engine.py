@@ -40,6 +40,7 @@ from hljax.kernels import cpu_decode
 from hljax.models import dense, registry
 
 log = logging.getLogger(__name__)
+_LOGGED_CHOICES: set[str] = set()
 
 NO_STOP = -1
 
@@ -286,7 +287,10 @@ class Engine:
         if reason is not None and mode == "on":
             raise cpu_decode.KernelUnavailable(f"EngineConfig.cpu_kernels='on' but {reason}")
         self.kernels = reason is None
-        log.info("engine decode steps: %s", "hljax CPU kernels" if self.kernels else f"XLA only ({reason})")
+        choice = "hljax CPU kernels" if self.kernels else f"XLA only ({reason})"
+        if choice not in _LOGGED_CHOICES:  # A trainer starts several engines: say it once per process.
+            _LOGGED_CHOICES.add(choice)
+            log.info("engine decode steps: %s", choice)
         return self.kernels
 
     def generate(self, requests: Sequence[Request]) -> list[Output]:

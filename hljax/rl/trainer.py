@@ -246,7 +246,7 @@ class Trainer:
         export = self._export("export") if cfg.export.at_end else ""
         return {"run_dir": run, "config": os.path.join(run, "config.json"), "metrics": self.metrics.jsonl,
                 "rollouts": self.rollout_log, "tensorboard": self.metrics.tensorboard or "", "plot": plot,
-                "checkpoints": self.checkpointer.directory, "export_sft": os.path.join(run, "export-sft"),
+                "checkpoints": os.path.join(run, "checkpoints"), "export_sft": os.path.join(run, "export-sft"),
                 "export": export}
 
     def _export(self, name: str) -> str:
