@@ -56,6 +56,8 @@ install_repo() {
     return 0
   fi
   say "installing $spec into $HLJAX_VENV (a few minutes the first time)"
-  run "$HLJAX_VENV/bin/python" -m pip install -q -e "$spec" || die "pip install -e '$spec' failed (see above)"
+  # -qq: errors only. A host's pip configuration can add a warning per package (find-links folders that
+  # do not exist print ~90 lines on some machines); a failed install still prints pip's error.
+  run "$HLJAX_VENV/bin/python" -m pip install -qq -e "$spec" || die "pip install -e '$spec' failed (see above)"
   [ "${HLJAX_DRY_RUN:-0}" = 1 ] || echo "$key $1" >>"$stamp"
 }

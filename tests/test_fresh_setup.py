@@ -61,7 +61,7 @@ def test_quickstart_sets_up_from_this_repository_only(clone, bare_path, tmp_path
     commands = _dry_run("scripts/quickstart.sh", ["--setup-only"], clone, bare_path, tmp_path)
     assert len(commands) == 2, commands
     assert commands[0].endswith(f"-m venv {venv}")
-    assert commands[1] == f"{venv}/bin/python -m pip install -q -e {clone}"  # setup.py here, nothing else.
+    assert commands[1] == f"{venv}/bin/python -m pip install -qq -e {clone}"  # setup.py here, nothing else.
     for word in ("http", "git+", "curl", "wget", "bubblewrap", "apt-get"):
         assert not any(word in c for c in commands), commands
     # Without --setup-only the same set-up, then the tiny default with the arguments given.
@@ -72,7 +72,7 @@ def test_quickstart_sets_up_from_this_repository_only(clone, bare_path, tmp_path
 def test_test_script_installs_dev_and_runs_pytest(clone, bare_path, tmp_path):
     venv = os.path.join(clone, ".venv")
     commands = _dry_run("scripts/test.sh", ["-m", "not slow"], clone, bare_path, tmp_path)
-    assert commands[1] == f"{venv}/bin/python -m pip install -q -e {clone}[dev]"
+    assert commands[1] == f"{venv}/bin/python -m pip install -qq -e {clone}[dev]"
     assert commands[-1] == f"exec {venv}/bin/python -m pytest -m not slow"
     assert all("chromium" in c for c in commands[2:-1]), commands  # apt-get only for a missing Chromium.
 

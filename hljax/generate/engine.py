@@ -21,6 +21,7 @@ accelerators, and on CPUs where the kernels are off, everything is plain XLA.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import functools
 import logging
@@ -154,6 +155,19 @@ def empty_state(cfg, batch: int, cache_len: int, max_new: int, max_stop_ids: int
     )
 
 
+def return_freed_memory() -> None:
+    """Hand the heap's free pages back to the OS (glibc's malloc_trim). On a CPU the weights live in
+    malloc'd buffers: the originals that packing replaced, and the old weights after a swap, are freed
+    but glibc keeps those pages, so the process would stay resident at twice the weights (measured on
+    the Qwen3-0.6B shape: 4.57 GB after load, 2.58 GB after a trim, for 2.38 GB of weights)."""
+    if jax.default_backend() != "cpu":
+        return
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # Not glibc (musl, macOS): nothing to trim with.
+        pass
+
+
 def bucket(n: int, minimum: int, per_octave: int = 1) -> int:
     """The smallest bucket >= max(n, minimum): `per_octave` evenly spaced sizes in each (2^(k-1), 2^k],
     each a multiple of `minimum` (per_octave=1: powers of two)."""
@@ -269,6 +283,7 @@ class Engine:
             self._graphdef, self._params = graphdef, params
             if weight_version is not None:
                 self.weight_version = str(weight_version)
+        return_freed_memory()  # The weights this swap replaced (the caller's model may still hold its own).
 
     def _use_kernels(self, params) -> bool:
         """Whether decode steps go through the CPU kernels; decided once per engine."""

@@ -116,6 +116,10 @@ class Batcher:
         if self.active and weights[1] is not self._weights[1]:
             return  # New weights: let the running rows finish on the old ones first.
         if not self.active:
+            if self._weights is None or weights[1] is not self._weights[1]:
+                # The weights a swap or packing replaced are unreferenced by now (unlike in set_model,
+                # whose caller still holds the model it passed): return their pages to the OS.
+                eng.return_freed_memory()
             self._weights = weights
         ecfg = self.engine.config
         want = self.active + len(self._waiting)
