@@ -19,7 +19,6 @@ import argparse
 import os
 import sys
 import tempfile
-import threading
 import time
 
 import jax.numpy as jnp

@@ -283,7 +283,6 @@ class Engine:
             self._graphdef, self._params = graphdef, params
             if weight_version is not None:
                 self.weight_version = str(weight_version)
-        return_freed_memory()  # The weights this swap replaced (the caller's model may still hold its own).
 
     def _use_kernels(self, params) -> bool:
         """Whether decode steps go through the CPU kernels; decided once per engine."""
