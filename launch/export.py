@@ -9,7 +9,6 @@ Prompt the export as training did: its chat template with enable_thinking=False 
 end with the template's empty think block; with thinking on, its answers stop being edits).
 """
 
-import argparse
 import json
 import os
 
@@ -18,40 +17,49 @@ import jax.numpy as jnp
 from hljax import sharding as shd
 from hljax.checkpoint import hf
 from hljax.checkpoint.orbax import TrainCheckpointer
+from launch.common import ArgumentParser, start_up
 
 
-def export(checkpoint_dir: str, step: int | None, out: str, base: str | None = None, dtype: str | None = None) -> str:
+def check(checkpoint_dir: str, step: int | None, base: str | None = None) -> tuple[str, str, int]:
+    """The run's (base folder, param dtype name, step to export); raises on a bad input, loads nothing."""
     run_dir = os.path.dirname(os.path.abspath(checkpoint_dir.rstrip("/")))
     config_file = os.path.join(run_dir, "config.json")
     if not os.path.exists(config_file):
         raise FileNotFoundError(f"{config_file} not found: the checkpoints folder must sit in its run directory")
     with open(config_file) as f:
         run_cfg = json.load(f)
-    base = base or run_cfg["model"]["path"] or os.path.join(run_dir, "init")
-    param_dtype = getattr(jnp, run_cfg["model"]["param_dtype"])
     ckpt = TrainCheckpointer(checkpoint_dir)
     available = ckpt.all_steps()
+    ckpt.close()
     if not available:
         raise FileNotFoundError(f"{checkpoint_dir}: no checkpoint")
     step = available[-1] if step is None else step
     if step not in available:
         raise ValueError(f"{checkpoint_dir}: no step {step}; available steps: {available}")
-    mesh = shd.make_mesh()
-    model = hf.load_hf(base, mesh, dtype=param_dtype, param_dtype=param_dtype)
+    return base or run_cfg["model"]["path"] or os.path.join(run_dir, "init"), run_cfg["model"]["param_dtype"], step
+
+
+def export(checkpoint_dir: str, step: int, out: str, base: str, param_dtype: str, dtype: str | None = None) -> str:
+    """Write checkpoint `step` as an HF folder at `out` (arguments as `check` returned them)."""
+    param_dtype = getattr(jnp, param_dtype)
+    model = hf.load_hf(base, shd.make_mesh(), dtype=param_dtype, param_dtype=param_dtype)
+    ckpt = TrainCheckpointer(checkpoint_dir)
     ckpt.restore_model(model, step)  # The weights alone: the optimiser state stays on disk.
     ckpt.close()
     return hf.save_hf(model, out, dtype=dtype, source_dir=base)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True, help="the run's checkpoints/ folder")
     parser.add_argument("--step", type=int, default=None, help="default: the latest")
     parser.add_argument("--out", required=True)
     parser.add_argument("--base", default=None, help="initial HF folder (default: from the run's config.json)")
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
     args = parser.parse_args()
-    print(f"wrote {export(args.checkpoint, args.step, args.out, args.base, args.dtype)}")
+    with start_up(args.verbose):  # A bad folder or step is one line, before any weights load.
+        base, param_dtype, step = check(args.checkpoint, args.step, args.base)
+    print(f"wrote {export(args.checkpoint, step, args.out, base, param_dtype, args.dtype)}")
 
 
 if __name__ == "__main__":
