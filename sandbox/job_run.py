@@ -52,6 +52,7 @@ class JobRun:
         self.inbox: collections.deque[dict] = collections.deque()  # Read, not yet handled.
         self.outbuf = bytearray()
         self.channel_eof = False  # The job closed (or lost) its end of the channel.
+        self.reader_gone = False  # Writing replies failed: the job closed its end of them.
         self.tails = {"out": bytearray(), "err": bytearray()}
         self.nbytes = {"out": 0, "err": 0}
         self.run_s = 0.0
@@ -78,7 +79,7 @@ class JobRun:
 
     @property
     def wants_write(self) -> bool:
-        return bool(self.outbuf) and self.fds["to"] >= 0
+        return bool(self.outbuf) and self.fds["to"] >= 0 and not self.reader_gone
 
     def send(self, msg: dict) -> None:
         """Queue a reply. Replies the job leaves unread beyond 2 x max_message_bytes are a violation:
@@ -92,7 +93,7 @@ class JobRun:
         self.flush()
 
     def flush(self) -> None:
-        if self.fds["to"] < 0:
+        if self.fds["to"] < 0 or self.reader_gone:
             self.outbuf.clear()
             return
         try:
@@ -101,8 +102,10 @@ class JobRun:
         except BlockingIOError:
             pass
         except OSError:  # The job closed its end: nothing more reaches it.
+            # The descriptor stays open until the run ends: the pool may still watch it, and a
+            # number closed behind the selector's back would be reused by the next job's pipes.
             self.outbuf.clear()
-            self.close("to")
+            self.reader_gone = True
 
     def read_messages(self, limit: int | None = None, max_bytes: int | None = None) -> list[dict]:
         """Up to `limit` of the messages the job has sent, reading at most `max_bytes` from its pipe

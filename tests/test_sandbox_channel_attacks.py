@@ -169,3 +169,23 @@ def test_cpu_burnt_while_solver_calls_pause_the_clock_is_bounded_by_the_wall_bud
         r = run_among_normals(p, code)
     assert r.status == "timeout" and "wall budget" in r.reason, r
     assert r.run_s < config.timeout_s, r.run_s  # Its own clock alone would not have stopped it.
+
+
+def test_closing_the_reply_pipe_while_a_reply_waits_leaves_no_stale_watch(pool):
+    # A reply larger than the pipe waits half-written; the job then closes its end. The supervisor
+    # must stop watching that descriptor before the number can go to another job's pipes (CI once
+    # failed with "FD 29 is already registered" when it was closed behind the selector's back).
+    code = (
+        "import json, os, time\n"
+        "def solve(q, s):\n"
+        "    body = json.dumps({'t': 'tool', 'name': 'big', 'args': [], 'kwargs': {}}).encode()\n"
+        "    os.write(4, len(body).to_bytes(4, 'big') + body)\n"
+        "    time.sleep(0.4)\n"
+        "    os.close(3)\n"
+        "    time.sleep(0.4)\n"
+        "    return 'closed'\n"
+    )
+    r = run_among_normals(pool, code, tools={"big": lambda: "x" * (512 << 10)})
+    assert r.status == "ok" and r.answer == "closed", r
+    left = {key.fd for key in pool._selector.get_map().values() if key.data[0] not in ("wake", "control")}
+    assert not left, f"descriptors of finished jobs still watched: {left}"
