@@ -135,3 +135,28 @@ def test_local_generator_n_samples_and_chat(setup):
     (chat,) = gen.chat([[{"role": "user", "content": "hi"}]], SamplingParams(max_new_tokens=4, temperature=0.0))
     (plain,) = gen.generate(["user: hi\nassistant:"], SamplingParams(max_new_tokens=4, temperature=0.0))
     assert chat[0].token_ids == plain[0].token_ids
+
+
+@pytest.mark.parametrize("cpu_kernels", ["auto", "off"])
+def test_bf16_weights_follow_transformers_on_the_same_rounded_weights(tiny_untied, cpu_kernels):
+    # bf16 weights: with the CPU kernels the activations run in fp32 and the KV cache in bf16; on XLA
+    # alone everything is bf16. Reference: transformers in fp64 on the same bf16-rounded weights, fed
+    # our tokens; each of our tokens must be (near) its argmax and our logprobs close to its own.
+    import jax.numpy as jnp
+
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tiny_untied, attn_implementation="eager").eval()
+    ref = ref.to(torch.bfloat16).to(torch.float64)
+    mesh = shd.single_device_mesh()
+    engine = Engine(hf.load_hf(tiny_untied, mesh, dtype=jnp.bfloat16), mesh,
+                    EngineConfig(max_batch=8, max_seq_len=256, cpu_kernels=cpu_kernels))
+    rng = np.random.default_rng(3)
+    prompts = [tuple(rng.integers(3, 160, n).tolist()) for n in LENGTHS]
+    sp = SamplingParams(max_new_tokens=20, temperature=0.0, ignore_eos=True)
+    tol = 0.03 if engine.kernels else 0.15  # bf16 activations round every op; fp32 ones only the weights and cache.
+    for p, o in zip(prompts, engine.generate([Request(p, sp) for p in prompts])):
+        ids = torch.tensor([list(p) + o.token_ids])
+        with torch.no_grad():
+            lsm = torch.log_softmax(ref(ids).logits[0, len(p) - 1 : -1], dim=-1).numpy()
+        ours = lsm[np.arange(len(o.token_ids)), o.token_ids]
+        assert np.all(ours >= lsm.max(-1) - 2 * tol), (ours, lsm.max(-1))
+        np.testing.assert_allclose(o.logprobs, ours, atol=tol)

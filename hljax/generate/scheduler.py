@@ -160,7 +160,7 @@ class Batcher:
         kv_valid[len(distinct):] = True  # Padding rows: a real (if meaningless) token 0 everywhere.
         graphdef, params = self._weights[0], self._weights[1]
         cache, logits = eng._prefill(graphdef, params, jnp.asarray(tokens), jnp.asarray(positions),
-                                     jnp.asarray(kv_valid))
+                                     jnp.asarray(kv_valid), jnp.dtype(self.engine.model_config.dtype))
         n = sum(map(len, distinct))
         self.engine.count(prompt_tokens_prefilled=n, prefills=1)
         log.debug("prefilled %d prompt(s), %d tokens, width %d", len(distinct), n, W)

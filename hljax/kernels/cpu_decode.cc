@@ -205,6 +205,61 @@ void RowDotsRows(int mr, const float* x, int64_t K, const W* e, float* y, int64_
     for (int m = 0; m < mr; ++m) RowDots<1, 1>(x + m * K, K, e, y + m * N, N, v0 + r);
 }
 
+// Chunk c (kLanes elements) of an H-long row, zero-filled past H.
+template <typename T>
+inline Vec LoadChunk(const T* row, int64_t c, int64_t H) {
+  const int64_t at = c * kLanes;
+  if (at + kLanes <= H) return Load(row + at);
+  return at < H ? LoadPart(row + at, H - at) : Zero();
+}
+
+// scores[0:4] = q . k[0:4] over H: four key rows (kh apart) at once, four independent FMA chains
+// (one chain per score would wait on the FMA latency at every chunk).
+template <typename T>
+inline void Dot4(const float* q, const T* k, int64_t kh, int64_t H, float* scores) {
+  Vec a0 = Zero(), a1 = Zero(), a2 = Zero(), a3 = Zero();
+  const int64_t chunks = (H + kLanes - 1) / kLanes;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const Vec qv = LoadChunk(q, c, H);
+    a0 = Fma(qv, LoadChunk(k, c, H), a0);
+    a1 = Fma(qv, LoadChunk(k + kh, c, H), a1);
+    a2 = Fma(qv, LoadChunk(k + 2 * kh, c, H), a2);
+    a3 = Fma(qv, LoadChunk(k + 3 * kh, c, H), a3);
+  }
+  scores[0] = Sum(a0), scores[1] = Sum(a1), scores[2] = Sum(a2), scores[3] = Sum(a3);
+}
+
+constexpr int kPvHeads = 2;                    // Query heads per register block of the p . v pass.
+constexpr int kPvChunks = kLanes == 16 ? 8 : 4;  // Vectors of output channels per block.
+
+// out[g, chunks c0..c0+kPvChunks) = sum_s p[g, s] v[s] for GN query heads (p rows S apart), over the
+// slots `use` admits: the accumulators stay in registers for the whole pass over the slots.
+template <int GN, typename T>
+void PvBlock(const float* p, int64_t S, const T* v, int64_t H, int64_t c0, const bool* use, float* out) {
+  Vec acc[GN][kPvChunks];
+  for (int g = 0; g < GN; ++g)
+    for (int j = 0; j < kPvChunks; ++j) acc[g][j] = Zero();
+  const int64_t cn = std::min<int64_t>(kPvChunks, (H + kLanes - 1) / kLanes - c0);
+  for (int64_t s = 0; s < S; ++s) {
+    if (use != nullptr && !use[s]) continue;
+    const T* row = v + s * H;
+    if (s + 4 < S) _mm_prefetch(reinterpret_cast<const char*>(row + 4 * H + c0 * kLanes), _MM_HINT_T0);
+    Vec pg[GN];
+    for (int g = 0; g < GN; ++g) pg[g] = Bcast(p[g * S + s]);
+    for (int j = 0; j < kPvChunks; ++j) {
+      if (j >= cn) break;
+      const Vec vv = LoadChunk(row, c0 + j, H);
+      for (int g = 0; g < GN; ++g) acc[g][j] = Fma(pg[g], vv, acc[g][j]);
+    }
+  }
+  for (int g = 0; g < GN; ++g)
+    for (int j = 0; j < cn; ++j) {
+      const int64_t at = (c0 + j) * kLanes;
+      if (at + kLanes <= H) Store(out + g * H + at, acc[g][j]);
+      else StorePart(out + g * H + at, acc[g][j], H - at);
+    }
+}
+
 // One (row, kv head): q [G, H] fp32, k, v [S, H], valid [S]; only slots s < filled are read.
 // -> out [G, H]. A row with no valid slot below `filled` averages those slots uniformly.
 template <typename T>
@@ -213,16 +268,26 @@ void AttendOne(const float* q, const T* k, const T* v, const bool* valid, float*
   constexpr float kMasked = -1e30f;  // As the XLA path: a fully masked row gives a uniform softmax.
   const int64_t S = filled;
   scores.assign(G * S, kMasked);
-  const int64_t chunks = (H + kLanes - 1) / kLanes;
-  auto load = [&](const auto* p, int64_t c) { return c * kLanes + kLanes <= H ? Load(p + c * kLanes) : LoadPart(p + c * kLanes, H - c * kLanes); };
-  for (int64_t s = 0; s < S; ++s) {
-    if (!valid[s]) continue;
-    const T* krow = k + s * H;
-    _mm_prefetch(reinterpret_cast<const char*>(krow + 4 * H), _MM_HINT_T0);
+  // Scores, four slots at a time; each key row is read from memory once for all G query heads.
+  float d[4];
+  for (int64_t s0 = 0; s0 < S; s0 += 4) {
+    const int64_t n = std::min<int64_t>(4, S - s0);
+    if (s0 + 8 < S)
+      for (int64_t b = 0; b < int64_t(4 * H * sizeof(T)); b += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(k + (s0 + 8) * H) + b, _MM_HINT_T0);
     for (int64_t g = 0; g < G; ++g) {
-      Vec acc = Zero();
-      for (int64_t c = 0; c < chunks; ++c) acc = Fma(load(q + g * H, c), load(krow, c), acc);
-      scores[g * S + s] = Sum(acc) * scale;
+      if (n == 4) {
+        Dot4(q + g * H, k + s0 * H, H, H, d);
+      } else {
+        for (int64_t i = 0; i < n; ++i) {
+          Vec a = Zero();
+          for (int64_t c = 0; c < (H + kLanes - 1) / kLanes; ++c)
+            a = Fma(LoadChunk(q + g * H, c, H), LoadChunk(k + (s0 + i) * H, c, H), a);
+          d[i] = Sum(a);
+        }
+      }
+      for (int64_t i = 0; i < n; ++i)
+        if (valid[s0 + i]) scores[g * S + s0 + i] = d[i] * scale;
     }
   }
   for (int64_t g = 0; g < G; ++g) {
@@ -234,26 +299,17 @@ void AttendOne(const float* q, const T* k, const T* v, const bool* valid, float*
     const float inv = 1.f / total;
     for (int64_t s = 0; s < S; ++s) row[s] *= inv;
   }
-  // out[g] = sum_s p[g, s] v[s]: one vector of output channels at a time, up to 8 query heads per
-  // pass. Masked slots have p = 0 and are skipped, unless every slot is masked (then p is uniform).
+  // out = p . v in register blocks of query heads x output channels. Masked slots have p = 0 and
+  // are skipped, unless every slot is masked (then p is uniform and every slot counts).
   const bool any_valid = std::any_of(valid, valid + S, [](bool b) { return b; });
-  for (int64_t c = 0; c < chunks; ++c) {
-    for (int64_t g0 = 0; g0 < G; g0 += 8) {
-      const int64_t gn = std::min<int64_t>(8, G - g0);
-      Vec acc[8];
-      for (int64_t g = 0; g < gn; ++g) acc[g] = Zero();
-      for (int64_t s = 0; s < S; ++s) {
-        if (!valid[s] && any_valid) continue;
-        const Vec vv = load(v + s * H, c);
-        for (int64_t g = 0; g < gn; ++g) acc[g] = Fma(Bcast(scores[(g0 + g) * S + s]), vv, acc[g]);
-      }
-      for (int64_t g = 0; g < gn; ++g) {
-        float* dst = out + (g0 + g) * H + c * kLanes;
-        if (c * kLanes + kLanes <= H) Store(dst, acc[g]);
-        else StorePart(dst, acc[g], H - c * kLanes);
-      }
+  const bool* use = any_valid ? valid : nullptr;
+  const int64_t chunks = (H + kLanes - 1) / kLanes;
+  for (int64_t c0 = 0; c0 < chunks; c0 += kPvChunks)
+    for (int64_t g0 = 0; g0 < G; g0 += kPvHeads) {
+      const float* p = scores.data() + g0 * S;
+      if (G - g0 >= 2) PvBlock<2>(p, S, v, H, c0, use, out + g0 * H);
+      else PvBlock<1>(p, S, v, H, c0, use, out + g0 * H);
     }
-  }
 }
 
 // Runs unit(i) for i in [0, units) on the calling thread and the pool.
@@ -362,6 +418,30 @@ ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::A
   return ffi::Error::Success();
 }
 
+ffi::Error KvWrite(ffi::AnyBuffer cache, ffi::AnyBuffer x, ffi::Buffer<ffi::S32> slots,
+                   ffi::Result<ffi::AnyBuffer> out) {
+  // cache, out: [B, K, S, H] (one buffer: the call aliases them); x: [B, K, H] of cache's dtype;
+  // slots: [B]. Row b's x goes to slot slots[b]; a slot outside [0, S) writes nothing.
+  const auto cd = cache.dimensions(), xd = x.dimensions(), sd = slots.dimensions();
+  if (cd.size() != 4 || xd.size() != 3 || sd.size() != 1 || xd[0] != cd[0] || xd[1] != cd[1] || xd[2] != cd[3] ||
+      sd[0] != cd[0] || x.element_type() != cache.element_type() || !IsF32OrBf16(cache.element_type()))
+    return ffi::Error::InvalidArgument("hljax_kv_write: want cache [B, K, S, H] f32 or bf16, x [B, K, H] of its "
+                                       "dtype, slots [B]");
+  const int64_t B = cd[0], K = cd[1], S = cd[2], H = cd[3];
+  const int64_t es = IsBf16(cache.element_type()) ? 2 : 4;
+  char* dst = static_cast<char*>(out->untyped_data());
+  if (dst != cache.untyped_data())  // XLA did not alias them: start from a copy.
+    std::memcpy(dst, cache.untyped_data(), size_t(B * K * S * H * es));
+  const char* src = static_cast<const char*>(x.untyped_data());
+  const int32_t* sp = slots.typed_data();
+  for (int64_t b = 0; b < B; ++b) {
+    if (sp[b] < 0 || sp[b] >= S) continue;
+    for (int64_t k = 0; k < K; ++k)
+      std::memcpy(dst + ((b * K + k) * S + sp[b]) * H * es, src + (b * K + k) * H * es, size_t(H * es));
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HljaxMatmulPacked, Matmul,
@@ -388,6 +468,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(HljaxDecodeAttention, DecodeAttention,
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Attr<float>("scale"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HljaxKvWrite, KvWrite,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::AnyBuffer>());
 
 // Columns per packed panel in this build (cpu_decode.py checks it against its own).
 extern "C" int HljaxPanelWidth() { return int(kPw); }

@@ -103,7 +103,7 @@ def availability() -> str | None:
     if lib.HljaxPanelWidth() != ISAS[name][1]:
         return f"the library's panel width {lib.HljaxPanelWidth()} is not {ISAS[name][1]} (stale build?)"
     for target, symbol in (("hljax_matmul_packed", lib.HljaxMatmulPacked), ("hljax_matmul_nt", lib.HljaxMatmulNt),
-                           ("hljax_decode_attention", lib.HljaxDecodeAttention)):
+                           ("hljax_decode_attention", lib.HljaxDecodeAttention), ("hljax_kv_write", lib.HljaxKvWrite)):
         jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
     return None
 
@@ -148,3 +148,13 @@ def decode_attention(q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array,
     out = jax.ShapeDtypeStruct(q.shape, jnp.float32)
     return jax.ffi.ffi_call("hljax_decode_attention", out)(
         q, k, v, valid, jnp.asarray(filled, jnp.int32), scale=np.float32(scale))
+
+
+def kv_write(cache: jax.Array, x: jax.Array, slots: jax.Array) -> jax.Array:
+    """cache: [B, K, S, H] fp32 or bf16; x: [B, K, H] of its dtype; slots: [B] int32 -> cache with row
+    b's x at slot slots[b] (out of range: not written), in place.
+
+    XLA:CPU's scatter copies the cache it writes into inside the decode loop (measured: 12.6 ms a step
+    for the 28 fp32 key caches of the 0.6B shape at 640 slots, 49 ms for bf16); this writes B x K rows."""
+    out = jax.ShapeDtypeStruct(cache.shape, cache.dtype)
+    return jax.ffi.ffi_call("hljax_kv_write", out, input_output_aliases={0: 0})(cache, x, slots.astype(jnp.int32))

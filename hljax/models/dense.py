@@ -84,6 +84,13 @@ def kernel_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, 
     return out.reshape(B, 1, N * H).astype(q.dtype)
 
 
+def kernel_kv_write(cache: jax.Array, x: jax.Array, slots: jax.Array) -> jax.Array | None:
+    """cache [B, K, S, H] with x [B, K, H] written at slots [B], in place, inside `use_kernels()`; else None."""
+    if not _ATTENTION.get() or cache.dtype not in cpu_decode.WEIGHT_DTYPES:
+        return None
+    return cpu_decode.kv_write(cache, x.astype(cache.dtype), slots)
+
+
 @contextlib.contextmanager
 def use_kernels() -> Iterator[None]:
     """Inside a trace: send one-token attention to the CPU kernel (projections follow their weights)."""

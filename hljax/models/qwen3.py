@@ -15,7 +15,7 @@ import numpy as np
 
 from hljax import sharding as shd
 from hljax.models.config import ModelConfig
-from hljax.models.dense import dense, kernel_attention, kernel_logits
+from hljax.models.dense import dense, kernel_attention, kernel_kv_write, kernel_logits
 from hljax.models.rope import apply_rope, cos_sin, inv_frequencies
 
 # Finite so fully masked rows (left padding) give a uniform softmax instead of NaN.
@@ -52,8 +52,23 @@ def write_kv(cache: LayerCache, k: jax.Array, v: jax.Array, cache_index) -> Laye
         put = lambda c, x: jax.lax.dynamic_update_slice_in_dim(c, x.astype(c.dtype), cache_index, axis=2)  # noqa: E731
     else:
         rows = jnp.arange(k.shape[0])
-        put = lambda c, x: c.at[rows, :, cache_index].set(x[:, :, 0].astype(c.dtype))  # noqa: E731
+
+        def put(c, x):
+            written = kernel_kv_write(c, x[:, :, 0], cache_index)
+            if written is None:
+                written = scatter_bits(c, (rows, slice(None), cache_index), x[:, :, 0].astype(c.dtype))
+            return written
     return LayerCache(put(cache.k, k), put(cache.v, v))
+
+
+def scatter_bits(a: jax.Array, index, values: jax.Array, mode: str | None = None) -> jax.Array:
+    """a.at[index].set(values, mode=mode), scattered as same-width integers: XLA:CPU scatters a bf16
+    array by converting all of it to fp32 and back (every decode step, the whole cache of every layer)."""
+    if a.dtype == jnp.float32:
+        return a.at[index].set(values, mode=mode)
+    bits = jnp.dtype(f"uint{8 * a.dtype.itemsize}")
+    out = jax.lax.bitcast_convert_type(a, bits).at[index].set(jax.lax.bitcast_convert_type(values, bits), mode=mode)
+    return jax.lax.bitcast_convert_type(out, a.dtype)
 
 
 def decode_mask(kv_valid: jax.Array, cache_index, T: int, width: int) -> jax.Array:
@@ -121,10 +136,12 @@ class Attention(nnx.Module):
         if cache is not None:
             cache = write_kv(cache, k, v, cache_index)
             if mask.shape[-1] != T:  # Decode: attend over the whole cache. Prefill: over the fresh keys.
-                k, v = cache.k.astype(x.dtype), cache.v.astype(x.dtype)
+                k, v = cache.k, cache.v
 
+        # The kernel reads the cache in its stored dtype: a cast here would convert every slot each step.
         out = kernel_attention(q, k, v, mask, cfg.head_dim**-0.5, jnp.max(cache_index) + T) if cache is not None else None
         if out is None:
+            k, v = k.astype(x.dtype), v.astype(x.dtype)
             q = q.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim).transpose(0, 2, 3, 1, 4)  # [B, K, G, T, H]
             scores = jnp.einsum("BKGTH,BKSH->BKGTS", q, k, preferred_element_type=jnp.float32)
             scores = scores * (cfg.head_dim**-0.5)

@@ -120,11 +120,13 @@ class GatedAttention(nnx.Module):
         if cache is not None:
             cache = write_kv(cache, k, v, cache_index)
             if mask.shape[-1] != T:  # Decode: attend over the whole cache. Prefill: over the fresh keys.
-                k, v = cache.k.astype(x.dtype), cache.v.astype(x.dtype)
+                k, v = cache.k, cache.v
+        # The kernel reads the cache in its stored dtype: a cast here would convert every slot each step.
         out = kernel_attention(q, k, v, mask, H**-0.5, jnp.max(cache_index) + T) if cache is not None else None
         if out is not None:
             out = out.reshape(B, T, cfg.num_heads, H)
         else:
+            k, v = k.astype(x.dtype), v.astype(x.dtype)
             G = cfg.num_groups
             q = q.reshape(B, T, cfg.num_kv_heads, G, H).transpose(0, 2, 3, 1, 4)  # [B, K, G, T, H]
             scores = jnp.einsum("BKGTH,BKSH->BKGTS", q, k, preferred_element_type=jnp.float32) * (H**-0.5)

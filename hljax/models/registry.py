@@ -36,7 +36,8 @@ def copy_rows(dst: list, src: list, src_rows: jax.Array, dst_rows: jax.Array) ->
     def one(d, s):
         if isinstance(d, qwen3.LayerCache):
             W = s.k.shape[2]
-            put = lambda a, b: a.at[dst_rows, :, :W].set(b[src_rows].astype(a.dtype), mode="drop")  # noqa: E731
+            put = lambda a, b: qwen3.scatter_bits(a, (dst_rows, slice(None), slice(None, W)),  # noqa: E731
+                                                  b[src_rows].astype(a.dtype), mode="drop")
             return qwen3.LayerCache(put(d.k, s.k), put(d.v, s.v))
         return jax.tree.map(lambda a, b: a.at[dst_rows].set(b[src_rows].astype(a.dtype), mode="drop"), d, s)
 
