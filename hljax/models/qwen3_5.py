@@ -29,7 +29,7 @@ from hljax import sharding as shd
 from hljax.models import gated_deltanet as gdn
 from hljax.models.config import ModelConfig
 from hljax.models.dense import dense, kernel_attention
-from hljax.models.qwen3 import (_MASKED, MLP, LayerCache, _normal, _ones, _param, _zeros, decode_mask, logits,
+from hljax.models.qwen3 import (_MASKED, MLP, LayerCache, _normal, _ones, _param, _zeros, decode_mask, embed_lookup, logits,
                                 remat_call, write_kv)
 from hljax.models.rope import apply_rope, cos_sin, inv_frequencies
 
@@ -261,7 +261,7 @@ class Qwen3_5(nnx.Module):
 
     def _decode(self, tokens, positions, mask, valid, caches, cache_index):
         cfg = self.cfg
-        x = jnp.take(self.embed[...], tokens, axis=0).astype(cfg.dtype)
+        x = embed_lookup(self.embed[...], tokens, cfg.dtype)
         x = shd.constrain(x, (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_EMBED))
         cos, sin = cos_sin(positions, np.asarray(self.inv_freq, np.float32), self.rope_scaling, cfg.dtype)
         call = remat_call if cfg.remat else (lambda l, *a: l(*a))
