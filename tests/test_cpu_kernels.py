@@ -186,6 +186,24 @@ def test_bf16_kernel_engine_agrees_with_the_bf16_xla_engine(tiny_untied):
 
 
 @needs_kernels
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_kv_write_puts_each_row_at_its_slot_and_skips_slots_out_of_range(dtype):
+    B, K, S, H = 4, 3, 10, 20
+    rng = np.random.default_rng(7)
+    cache = rng.standard_normal((B, K, S, H)).astype(np.float32)
+    x = rng.standard_normal((B, K, H)).astype(np.float32)
+    slots = np.array([0, 9, 10, -1], np.int32)  # The last two are out of range: nothing written.
+    want = cache.copy()
+    for b in range(2):
+        want[b, :, slots[b]] = x[b]
+    # Inside a jitted loop, as the decode loop calls it (the cache is the loop's carried buffer).
+    step = jax.jit(lambda c, x, s: jax.lax.fori_loop(0, 2, lambda i, c: cpu_decode.kv_write(c, x, s), c))
+    got = step(jnp.asarray(cache, dtype), jnp.asarray(x, dtype), jnp.asarray(slots))
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(jnp.asarray(want, dtype), np.float32))
+
+
+@needs_kernels
 def test_decode_program_calls_the_kernels_only_when_on(untied_engines):
     on, off = untied_engines
 
@@ -195,6 +213,7 @@ def test_decode_program_calls_the_kernels_only_when_on(untied_engines):
         text = _decode_chunk.lower(graphdef, params, engine.kernels, _state(engine), 4).as_text()
         assert ("hljax_matmul_packed" in text) == want
         assert ("hljax_decode_attention" in text) == want
+        assert ("hljax_kv_write" in text) == want
 
 
 @needs_kernels
