@@ -307,7 +307,8 @@ void AttendOne(const float* q, const T* k, const T* v, const bool* valid, float*
   for (int64_t c0 = 0; c0 < chunks; c0 += kPvChunks)
     for (int64_t g0 = 0; g0 < G; g0 += kPvHeads) {
       const float* p = scores.data() + g0 * S;
-      if (G - g0 >= 2) PvBlock<2>(p, S, v, H, c0, use, out + g0 * H);
+      static_assert(kPvHeads == 2, "PvBlock is instantiated for 2 query heads and 1");
+      if (G - g0 >= kPvHeads) PvBlock<kPvHeads>(p, S, v, H, c0, use, out + g0 * H);
       else PvBlock<1>(p, S, v, H, c0, use, out + g0 * H);
     }
 }

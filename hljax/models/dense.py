@@ -93,7 +93,8 @@ def kernel_kv_write(cache: jax.Array, x: jax.Array, slots: jax.Array) -> jax.Arr
 
 @contextlib.contextmanager
 def use_kernels() -> Iterator[None]:
-    """Inside a trace: send one-token attention to the CPU kernel (projections follow their weights)."""
+    """Inside a trace: send one-token attention and per-row KV-cache writes to the CPU kernels
+    (projections follow their weights)."""
     token = _ATTENTION.set(True)
     try:
         yield

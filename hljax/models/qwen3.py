@@ -66,9 +66,14 @@ def scatter_bits(a: jax.Array, index, values: jax.Array, mode: str | None = None
     array by converting all of it to fp32 and back (every decode step, the whole cache of every layer)."""
     if a.dtype == jnp.float32:
         return a.at[index].set(values, mode=mode)
-    bits = jnp.dtype(f"uint{8 * a.dtype.itemsize}")
+    bits = _bits_dtype(a)
     out = jax.lax.bitcast_convert_type(a, bits).at[index].set(jax.lax.bitcast_convert_type(values, bits), mode=mode)
     return jax.lax.bitcast_convert_type(out, a.dtype)
+
+
+def _bits_dtype(a: jax.Array):
+    """The unsigned integer type as wide as `a`'s elements (XLA moves those as raw bits, unconverted)."""
+    return jnp.dtype(f"uint{8 * a.dtype.itemsize}")
 
 
 def embed_lookup(table: jax.Array, tokens: jax.Array, dtype) -> jax.Array:
@@ -76,15 +81,14 @@ def embed_lookup(table: jax.Array, tokens: jax.Array, dtype) -> jax.Array:
 
     A 16-bit table is gathered as raw bits: XLA:CPU gathers bf16 by converting the whole table to
     fp32 first, and hoists that copy out of the decode loop (0.62 GB held for the Qwen3-0.6B shape)."""
-    if table.dtype.itemsize == 4:
+    if table.dtype == jnp.float32:
         return jnp.take(table, tokens, axis=0).astype(dtype)
     return _take_bits(table, tokens).astype(dtype)
 
 
 @jax.custom_vjp
 def _take_bits(table: jax.Array, tokens: jax.Array) -> jax.Array:
-    bits = jnp.dtype(f"uint{8 * table.dtype.itemsize}")
-    rows = jnp.take(jax.lax.bitcast_convert_type(table, bits), tokens, axis=0)
+    rows = jnp.take(jax.lax.bitcast_convert_type(table, _bits_dtype(table)), tokens, axis=0)
     return jax.lax.bitcast_convert_type(rows, table.dtype)
 
 
