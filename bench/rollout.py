@@ -120,6 +120,7 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(os.cpu_count())
     P, G, L, new = args.prompts, args.samples, args.prompt_len, args.new
+    tok = P * G * new  # Completion tokens of one run.
     ref = reference_model(args.size, args.layers)
     rng = np.random.default_rng(0)
     prompts = [rng.integers(3, ref.config.vocab_size, L).tolist() for _ in range(P)]
@@ -136,10 +137,11 @@ def main():
                             EngineConfig(max_batch=args.max_batch, max_seq_len=L + new))
             hljax_batch(engine, prompts, G, new)  # Compiles.
             ours, prefilled = hljax_batch(engine, prompts, G, new)
+            print(f"{dtype:>9} batch: hljax {tok / ours:7.1f} tok/s ({ours:6.1f} s, prefilled {prefilled} prompt "
+                  f"tokens); transformers next", flush=True)
             model = ref.to(tdt)
             hf_generate(model, [prompts[0][:16]], 1, 2)  # Warm-up.
             theirs, _ = _timed(lambda: hf_generate(model, prompts, G, new))
-            tok = P * G * new
             print(f"{dtype:>9} batch: hljax {tok / ours:7.1f} tok/s ({ours:6.1f} s, prefilled {prefilled} prompt "
                   f"tokens) | transformers {tok / theirs:7.1f} tok/s ({theirs:6.1f} s, prefilled {P * G * L}) | "
                   f"ratio {theirs / ours:5.2f}x", flush=True)

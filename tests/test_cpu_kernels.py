@@ -204,6 +204,65 @@ def test_kv_write_puts_each_row_at_its_slot_and_skips_slots_out_of_range(dtype):
 
 
 @needs_kernels
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_copy_rows_fills_each_destination_row_and_skips_rows_out_of_range(dtype):
+    B, U, K, S, W, H = 5, 3, 2, 12, 7, 20
+    rng = np.random.default_rng(11)
+    dst = rng.standard_normal((B, K, S, H)).astype(np.float32)
+    src = rng.standard_normal((U, K, W, H)).astype(np.float32)
+    src_rows = np.array([2, 0, 2, 1, 0], np.int32)
+    dst_rows = np.array([4, 1, 0, 5, -1], np.int32)  # The last two are out of range: nothing copied.
+    want = dst.copy()
+    for s_, d_ in zip(src_rows[:3], dst_rows[:3]):
+        want[d_, :, :W] = src[s_]
+    step = jax.jit(cpu_decode.copy_rows, donate_argnums=(0,))
+    got = step(jnp.asarray(dst, dtype), jnp.asarray(src, dtype), jnp.asarray(src_rows), jnp.asarray(dst_rows))
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(jnp.asarray(want, dtype), np.float32))
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_take_rows_equals_numpy_indexing(dtype):
+    rng = np.random.default_rng(12)
+    table = jnp.asarray(rng.standard_normal((50, 24)), dtype)
+    ids = jnp.asarray([3, 49, 0, 3, 50, -1], jnp.int32)  # The last two are out of range: NaN rows.
+    got = np.asarray(jax.jit(cpu_decode.take_rows)(table, ids))
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got[:4], np.asarray(table, np.float32)[[3, 49, 0, 3]])
+    assert np.isnan(got[4:]).all()
+
+
+@needs_kernels
+def test_bf16_engine_programs_hold_no_table_or_cache_sized_temporaries(tiny_untied, monkeypatch):
+    """XLA:CPU's bf16 gather and its row copies made temporaries the size of the embedding table (every
+    decode chunk) and of R prefilled caches (every admission); the kernels read and write in place."""
+    from hljax.generate import engine as eng
+
+    mesh = shd.single_device_mesh()
+    engine = Engine(hf.load_hf(tiny_untied, mesh, dtype=jnp.bfloat16), mesh,
+                    EngineConfig(max_batch=8, max_seq_len=128, cpu_kernels="on"))
+    compiled = {}
+    for name in ("_insert", "_decode_chunk"):
+        def spy(*args, fn=getattr(eng, name), name=name):
+            compiled[name] = fn.lower(*args).compile()
+            return fn(*args)
+
+        monkeypatch.setattr(eng, name, spy)
+    engine.generate([Request(p, SamplingParams(max_new_tokens=4, temperature=0.0)) for p in _prompts()] * 2)
+    cfg = engine.model_config
+    table = cfg.vocab_size * cfg.hidden_size * 2
+    cache = 2 * cfg.num_layers * 8 * cfg.num_kv_heads * 32 * cfg.head_dim * 2  # 8 rows of 32 slots.
+    assert set(compiled) == {"_insert", "_decode_chunk"}
+    for name, c in compiled.items():
+        # What is left is the sampler's few [B, V] fp32 arrays.
+        assert c.memory_analysis().temp_size_in_bytes < min(table, cache), name
+        text = c.as_text()
+        assert ("hljax_copy_rows" in text) == (name == "_insert")
+        assert ("hljax_take_rows" in text) == (name == "_decode_chunk")
+
+
+@needs_kernels
 def test_decode_program_calls_the_kernels_only_when_on(untied_engines):
     on, off = untied_engines
 
@@ -214,6 +273,7 @@ def test_decode_program_calls_the_kernels_only_when_on(untied_engines):
         assert ("hljax_matmul_packed" in text) == want
         assert ("hljax_decode_attention" in text) == want
         assert ("hljax_kv_write" in text) == want
+        assert ("hljax_take_rows" in text) == want
 
 
 @needs_kernels

@@ -195,10 +195,17 @@ def _prefill(graphdef, params, tokens: jax.Array, positions: jax.Array, kv_valid
     return cache, model.logits(h[:, -1:])[:, 0]  # Left padding puts every row's last prompt token last.
 
 
-@functools.partial(jax.jit, donate_argnums=(0,))
-def _insert(st: DecodeState, cache, logits, kv_valid, src: jax.Array, dst: jax.Array, rows: RowParams) -> DecodeState:
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
+def _insert(kernels: bool, st: DecodeState, cache, logits, kv_valid, src: jax.Array, dst: jax.Array,
+            rows: RowParams) -> DecodeState:
     """Rows join free slots: slot dst[r] takes prefilled prompt src[r] (cache [U, ., W, .], logits [U, V],
-    kv_valid [U, W]) and samples its first token (step 0) with its own params. dst = B pads (skipped)."""
+    kv_valid [U, W]) and samples its first token (step 0) with its own params. dst = B pads (skipped).
+    kernels: the cache rows are copied in place by the CPU kernel."""
+    with dense.use_kernels() if kernels else contextlib.nullcontext():
+        return _insert_rows(st, cache, logits, kv_valid, src, dst, rows)
+
+
+def _insert_rows(st: DecodeState, cache, logits, kv_valid, src, dst, rows: RowParams) -> DecodeState:
     B, S = st.kv_valid.shape
     W = kv_valid.shape[1]
     tok, lp = _sample_masked(rows, logits[src], jnp.zeros_like(src))
@@ -278,7 +285,7 @@ class Engine:
         graphdef, params = nnx.split(model)
         if self._use_kernels(params):
             # The packed weights replace the originals: the engine holds one copy.
-            params = dense.pack_state(params, "embed" if model.cfg.tie_word_embeddings else None)
+            params = dense.pack_state(params, "embed")
             graphdef = _fp32_activations(model.cfg, graphdef, self.mesh)
         with self._lock:
             self.model_config = model.cfg

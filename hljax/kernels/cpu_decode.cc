@@ -1,5 +1,6 @@
 // CPU decode kernels as XLA FFI custom calls: skinny matmuls over the weights in their natural layout
-// (fp32 or bf16), and one-token attention over the filled part of a KV cache (fp32 or bf16).
+// (fp32 or bf16), one-token attention over the filled part of a KV cache (fp32 or bf16), the cache's
+// per-row writes and prefilled-row copies (in place), and the token-embedding lookup.
 //
 // Built for AVX-512F or for AVX2 + FMA: the compiler flags pick the vector width (cpu_decode.py
 // chooses them from the CPU), the code is the same.
@@ -443,6 +444,58 @@ ffi::Error KvWrite(ffi::AnyBuffer cache, ffi::AnyBuffer x, ffi::Buffer<ffi::S32>
   return ffi::Error::Success();
 }
 
+ffi::Error CopyRows(ffi::ThreadPool pool, ffi::AnyBuffer dst, ffi::AnyBuffer src, ffi::Buffer<ffi::S32> src_rows,
+                    ffi::Buffer<ffi::S32> dst_rows, ffi::Result<ffi::AnyBuffer> out) {
+  // dst, out: [B, K, S, H] (one buffer: the call aliases them); src: [U, K, W, H] of dst's dtype, W <= S;
+  // src_rows, dst_rows: [R]. Row src_rows[r] of src fills slots [0, W) of row dst_rows[r]; a row index
+  // out of range copies nothing. XLA gathers the R source rows into a temporary first (R x a prefill's
+  // cache, every layer's at once), then scatters them.
+  const auto dd = dst.dimensions(), sd = src.dimensions(), rd = src_rows.dimensions(), qd = dst_rows.dimensions();
+  if (dd.size() != 4 || sd.size() != 4 || rd.size() != 1 || qd.size() != 1 || rd[0] != qd[0] || sd[1] != dd[1] ||
+      sd[3] != dd[3] || sd[2] > dd[2] || src.element_type() != dst.element_type() || !IsF32OrBf16(dst.element_type()))
+    return ffi::Error::InvalidArgument("hljax_copy_rows: want dst [B, K, S, H] f32 or bf16, src [U, K, W <= S, H] of "
+                                       "its dtype, src_rows and dst_rows [R]");
+  const int64_t B = dd[0], K = dd[1], S = dd[2], H = dd[3], U = sd[0], W = sd[2], R = rd[0];
+  const int64_t es = IsBf16(dst.element_type()) ? 2 : 4;
+  char* to = static_cast<char*>(out->untyped_data());
+  if (to != dst.untyped_data())  // XLA did not alias them: start from a copy.
+    std::memcpy(to, dst.untyped_data(), size_t(B * K * S * H * es));
+  const char* from = static_cast<const char*>(src.untyped_data());
+  const int32_t* sr = src_rows.typed_data();
+  const int32_t* dr = dst_rows.typed_data();
+  ParallelFor(pool, R * K, [=](int64_t u) {
+    const int64_t r = u / K, k = u % K;
+    if (sr[r] < 0 || sr[r] >= U || dr[r] < 0 || dr[r] >= B) return;
+    std::memcpy(to + (dr[r] * K + k) * S * H * es, from + (sr[r] * K + k) * W * H * es, size_t(W * H * es));
+  });
+  return ffi::Error::Success();
+}
+
+ffi::Error TakeRows(ffi::AnyBuffer table, ffi::Buffer<ffi::S32> ids, ffi::ResultBuffer<ffi::F32> out) {
+  // table: [V, D] f32 or bf16; ids: [N]; out: [N, D] f32, row n = table[ids[n]] (NaN for an id outside
+  // [0, V), as jnp.take). XLA:CPU gathers a bf16 table by first converting (or bit-casting) all of it.
+  const auto td = table.dimensions(), id = ids.dimensions(), od = out->dimensions();
+  if (td.size() != 2 || id.size() != 1 || od.size() != 2 || od[0] != id[0] || od[1] != td[1] ||
+      !IsF32OrBf16(table.element_type()))
+    return ffi::Error::InvalidArgument("hljax_take_rows: want table [V, D] f32 or bf16, ids [N], out [N, D] f32");
+  const int64_t V = td[0], D = td[1], N = id[0];
+  const int32_t* ip = ids.typed_data();
+  float* op = out->typed_data();
+  for (int64_t n = 0; n < N; ++n) {
+    float* row = op + n * D;
+    if (ip[n] < 0 || ip[n] >= V) {
+      std::fill(row, row + D, std::nanf(""));
+    } else if (IsBf16(table.element_type())) {
+      const bf16* src = static_cast<const bf16*>(table.untyped_data()) + ip[n] * D;
+      for (int64_t d = 0; d < D; ++d) row[d] = ToFloat(src[d]);
+    } else {
+      const float* src = static_cast<const float*>(table.untyped_data()) + ip[n] * D;
+      std::copy(src, src + D, row);
+    }
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HljaxMatmulPacked, Matmul,
@@ -476,6 +529,21 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(HljaxKvWrite, KvWrite,
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::AnyBuffer>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HljaxCopyRows, CopyRows,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::AnyBuffer>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HljaxTakeRows, TakeRows,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
 
 // Columns per packed panel in this build (cpu_decode.py checks it against its own).
 extern "C" int HljaxPanelWidth() { return int(kPw); }

@@ -7,8 +7,9 @@ through the weight viewed as a 2D matrix.
 On a CPU the generation engine replaces these weights by their packed form (`pack_state`): one
 layout, not a second copy. A packed weight carries `packed_shape` (its natural shape) in its
 metadata, and `dense` sends every product through it to `hljax.kernels.cpu_decode` (decode steps and
-prefill alike; the kernel is a GEMM over contiguous column panels). A tied embedding stays [V, D] for
-the token lookup and is marked `kernel_rows`, so `kernel_logits` reads it row by row. The engine
+prefill alike; the kernel is a GEMM over contiguous column panels). The token embedding stays [V, D] and is
+marked `kernel_rows`: the kernels look tokens up in it and, when it is tied, `kernel_logits` reads it
+row by row as the output projection. The engine
 traces its decode steps inside `use_kernels()`, which also sends one-token attention to the kernel.
 The training path never packs, and accelerators run everything through XLA.
 """
@@ -69,6 +70,14 @@ def kernel_logits(h: jax.Array, w: nnx.Variable) -> jax.Array | None:
     return out.reshape(*h.shape[:-1], -1)
 
 
+def kernel_take(table: nnx.Variable, tokens: jax.Array) -> jax.Array | None:
+    """table[tokens] -> fp32 [*tokens.shape, D] through the CPU kernel for a table `pack_state` marked
+    `kernel_rows`, else None."""
+    if not table.get_metadata().get("kernel_rows"):
+        return None
+    return cpu_decode.take_rows(table[...], tokens.reshape(-1)).reshape(*tokens.shape, -1)
+
+
 def kernel_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float,
                      filled: jax.Array) -> jax.Array | None:
     """One decode token through the attention kernel inside `use_kernels()`, else None.
@@ -91,10 +100,18 @@ def kernel_kv_write(cache: jax.Array, x: jax.Array, slots: jax.Array) -> jax.Arr
     return cpu_decode.kv_write(cache, x.astype(cache.dtype), slots)
 
 
+def kernel_copy_rows(dst: jax.Array, src: jax.Array, src_rows: jax.Array, dst_rows: jax.Array) -> jax.Array | None:
+    """dst [B, K, S, H] with src [U, K, W, H]'s row src_rows[r] in slots [0, W) of row dst_rows[r], in
+    place, inside `use_kernels()`; else None."""
+    if not _ATTENTION.get() or dst.dtype not in cpu_decode.WEIGHT_DTYPES or src.dtype != dst.dtype:
+        return None
+    return cpu_decode.copy_rows(dst, src, src_rows, dst_rows)
+
+
 @contextlib.contextmanager
 def use_kernels() -> Iterator[None]:
-    """Inside a trace: send one-token attention and per-row KV-cache writes to the CPU kernels
-    (projections follow their weights)."""
+    """Inside a trace: send one-token attention, per-row KV-cache writes and prefilled-row copies to
+    the CPU kernels (projections and the embedding lookup follow their weights)."""
     token = _ATTENTION.set(True)
     try:
         yield
@@ -108,16 +125,17 @@ def kernel_weights(state: nnx.State) -> bool:
                for _, v in nnx.to_flat_state(state))
 
 
-def pack_state(state: nnx.State, tied_embedding: str | None) -> nnx.State:
+def pack_state(state: nnx.State, embedding: str) -> nnx.State:
     """`state` with every fp32/bf16 projection weight replaced by its packed panels (`cpu_decode.pack`,
-    `packed_shape` set) and `tied_embedding`, the path of a [V, D] embedding that is also the output
-    projection, marked `kernel_rows`. The state's other arrays are shared, not copied.
+    `packed_shape` set) and `embedding`, the path of the [V, D] token embedding, marked `kernel_rows`
+    (looked up, and used as the output projection when tied, by the kernels). The state's other arrays
+    are shared, not copied.
 
     Packed weights drop their sharding names: the kernels run on one CPU device."""
     flat = []
     for path, var in nnx.to_flat_state(state):
         key, value = _key(path), var[...]
-        if key == tied_embedding and value.dtype in cpu_decode.WEIGHT_DTYPES:
+        if key == embedding and value.dtype in cpu_decode.WEIGHT_DTYPES:
             var = var.replace(value=value, kernel_rows=True)
         elif (n_in := dense_in(var)) is not None and value.dtype in cpu_decode.WEIGHT_DTYPES:
             packed = _pack(value.reshape(math.prod(value.shape[:n_in]), -1))

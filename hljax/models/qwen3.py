@@ -15,7 +15,7 @@ import numpy as np
 
 from hljax import sharding as shd
 from hljax.models.config import ModelConfig
-from hljax.models.dense import dense, kernel_attention, kernel_kv_write, kernel_logits
+from hljax.models.dense import dense, kernel_attention, kernel_kv_write, kernel_logits, kernel_take
 from hljax.models.rope import apply_rope, cos_sin, inv_frequencies
 
 # Finite so fully masked rows (left padding) give a uniform softmax instead of NaN.
@@ -76,11 +76,17 @@ def _bits_dtype(a: jax.Array):
     return jnp.dtype(f"uint{8 * a.dtype.itemsize}")
 
 
-def embed_lookup(table: jax.Array, tokens: jax.Array, dtype) -> jax.Array:
-    """table [V, D], tokens [B, T] -> rows [B, T, D] in `dtype`.
+def embed_lookup(embed: nnx.Variable, tokens: jax.Array, dtype) -> jax.Array:
+    """embed: the [V, D] table; tokens [B, T] -> rows [B, T, D] in `dtype`.
 
     A 16-bit table is gathered as raw bits: XLA:CPU gathers bf16 by converting the whole table to
-    fp32 first, and hoists that copy out of the decode loop (0.62 GB held for the Qwen3-0.6B shape)."""
+    fp32 first, and hoists that copy out of the decode loop (0.62 GB held for the Qwen3-0.6B shape).
+    The bit-cast is itself a table-sized copy there (0.31 GB), so the engine's CPU kernels look rows
+    up directly (`dense.kernel_take`)."""
+    rows = kernel_take(embed, tokens)
+    if rows is not None:
+        return rows.astype(dtype)
+    table = embed[...]
     if table.dtype == jnp.float32:
         return jnp.take(table, tokens, axis=0).astype(dtype)
     return _take_bits(table, tokens).astype(dtype)
@@ -267,7 +273,7 @@ class Qwen3(nnx.Module):
 
     def _decode(self, tokens, positions, mask, caches, cache_index):
         cfg = self.cfg
-        x = embed_lookup(self.embed[...], tokens, cfg.dtype)
+        x = embed_lookup(self.embed, tokens, cfg.dtype)
         x = shd.constrain(x, (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_EMBED))
         cos, sin = cos_sin(positions, np.asarray(self.inv_freq, np.float32), self.rope_scaling, cfg.dtype)
         call = remat_call if cfg.remat else (lambda l, *a: l(*a))

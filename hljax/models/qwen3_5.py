@@ -261,7 +261,7 @@ class Qwen3_5(nnx.Module):
 
     def _decode(self, tokens, positions, mask, valid, caches, cache_index):
         cfg = self.cfg
-        x = embed_lookup(self.embed[...], tokens, cfg.dtype)
+        x = embed_lookup(self.embed, tokens, cfg.dtype)
         x = shd.constrain(x, (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_EMBED))
         cos, sin = cos_sin(positions, np.asarray(self.inv_freq, np.float32), self.rope_scaling, cfg.dtype)
         call = remat_call if cfg.remat else (lambda l, *a: l(*a))

@@ -6,7 +6,7 @@ import jax
 from flax import nnx
 
 from hljax import sharding as shd
-from hljax.models import qwen3, qwen3_5
+from hljax.models import dense, qwen3, qwen3_5
 from hljax.models.config import ModelConfig
 
 Model = qwen3.Qwen3 | qwen3_5.Qwen3_5
@@ -35,6 +35,9 @@ def copy_rows(dst: list, src: list, src_rows: jax.Array, dst_rows: jax.Array) ->
     several decode rows (its n samples) without being prefilled again."""
     def one(d, s):
         if isinstance(d, qwen3.LayerCache):
+            k = dense.kernel_copy_rows(d.k, s.k, src_rows, dst_rows)
+            if k is not None:  # Then v, of k's dtype, goes through the kernel too.
+                return qwen3.LayerCache(k, dense.kernel_copy_rows(d.v, s.v, src_rows, dst_rows))
             W = s.k.shape[2]
             put = lambda a, b: qwen3.scatter_bits(a, (dst_rows, slice(None), slice(None, W)),  # noqa: E731
                                                   b[src_rows].astype(a.dtype), mode="drop")
