@@ -12,10 +12,11 @@ Shapes are bucketed (slots, prompt width, cache length, new tokens) so jit compi
 not per request: batch sizes to powers of two, lengths to `prompt_buckets_per_octave` sizes between
 consecutive powers of two.
 
-What runs where: on a CPU the projections (prefill and decode), the decode steps' attention and
-their KV-cache writes may run on `hljax.kernels.cpu_decode` (`EngineConfig.cpu_kernels`; AVX-512 or
-AVX2 + FMA, fp32 or bf16 weights); the engine then holds the projection weights only in the kernels'
-packed layout and computes activations in fp32 (bf16 weights stay bf16, and so does their KV cache).
+What runs where: on a CPU the projections and the embedding lookup (prefill and decode), the decode
+steps' attention and KV-cache writes, and the copies of prefilled rows into the decode cache may run
+on `hljax.kernels.cpu_decode` (`EngineConfig.cpu_kernels`; AVX-512 or AVX2 + FMA, fp32 or bf16
+weights); the engine then holds the projection weights only in the kernels' packed layout and
+computes activations in fp32 (bf16 weights stay bf16, and so does their KV cache).
 On accelerators, and on CPUs where the kernels are off, everything is plain XLA in the model's dtypes.
 """
 

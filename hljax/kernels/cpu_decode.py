@@ -1,5 +1,6 @@
 """The CPU decode kernels of `cpu_decode.cc` (a skinny packed matmul, a row-dot matmul for a tied
-embedding, one-token attention): build, register, call. They run on CPUs only, with fp32 or bf16
+embedding, one-token attention, in-place KV-cache writes and prefilled-row copies, the embedding
+lookup): build, register, call. They run on CPUs only, with fp32 or bf16
 weights and caches; accelerators run everything through XLA.
 
 The C++ file is compiled on first use with the system C++ compiler against the XLA FFI headers that
