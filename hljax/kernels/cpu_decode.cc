@@ -56,6 +56,16 @@ inline Vec Bcast(float x) { return _mm512_set1_ps(x); }
 inline Vec Fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
 inline void Store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
 inline float Sum(Vec v) { return _mm512_reduce_add_ps(v); }
+inline Vec Add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+inline Vec Sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
+inline Vec Mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+inline Vec Max(Vec a, Vec b) { return _mm512_max_ps(a, b); }
+inline float MaxOf(Vec v) { return _mm512_reduce_max_ps(v); }
+inline Vec Round(Vec x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline Vec Scale2(Vec p, Vec n) { return _mm512_scalef_ps(p, n); }  // p * 2^n, n integral.
+inline Vec ZeroWhereBelow(Vec r, Vec x, float lim) {
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, Bcast(lim), _CMP_LT_OQ), r, Zero());
+}
 #elif defined(__AVX2__) && defined(__FMA__)
 constexpr int kLanes = 8;
 constexpr int kMr = 4;  // 4 x 3 accumulators + 3 weights + 1 broadcast = 16 ymm registers.
@@ -72,6 +82,23 @@ inline float Sum(Vec v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+inline Vec Add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+inline Vec Sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
+inline Vec Mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+inline Vec Max(Vec a, Vec b) { return _mm256_max_ps(a, b); }
+inline float MaxOf(Vec v) {
+  const __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+inline Vec Round(Vec x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline Vec Scale2(Vec p, Vec n) {  // p * 2^n for integral n in [-126, 127]: n + 127 is 2^n's exponent field.
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+inline Vec ZeroWhereBelow(Vec r, Vec x, float lim) {
+  return _mm256_blendv_ps(r, Zero(), _mm256_cmp_ps(x, Bcast(lim), _CMP_LT_OQ));
 }
 #else
 #error "cpu_decode.cc needs AVX-512F, or AVX2 and FMA (build with -mavx512f or -mavx2 -mfma)"
@@ -261,6 +288,49 @@ void PvBlock(const float* p, int64_t S, const T* v, int64_t H, int64_t c0, const
     }
 }
 
+// exp(x) for x <= 0 (a softmax's shifted scores), within a few ulp of expf; 0 below -87, where expf
+// underflows. Cody-Waite reduction x = n ln2 + r and Cephes' expf polynomial on r: the scalar expf
+// of the softmax took about as long as reading the keys and values.
+inline Vec ExpNonPositive(Vec x) {
+  const Vec xc = Max(x, Bcast(-87.f));
+  const Vec n = Round(Mul(xc, Bcast(1.44269504088896341f)));
+  Vec r = Fma(n, Bcast(-0.693359375f), xc);
+  r = Fma(n, Bcast(2.12194440e-4f), r);
+  Vec p = Bcast(1.9875691500e-4f);
+  p = Fma(p, r, Bcast(1.3981999507e-3f));
+  p = Fma(p, r, Bcast(8.3334519073e-3f));
+  p = Fma(p, r, Bcast(4.1665795894e-2f));
+  p = Fma(p, r, Bcast(1.6666665459e-1f));
+  p = Fma(p, r, Bcast(5.0000001201e-1f));
+  p = Fma(p, Mul(r, r), Add(r, Bcast(1.f)));
+  return ZeroWhereBelow(Scale2(p, n), x, -87.f);
+}
+
+// row[0:S] -> softmax(row), in place.
+inline void SoftmaxRow(float* row, int64_t S) {
+  const int64_t sv = S / kLanes * kLanes;
+  float top = row[0];
+  if (sv > 0) {
+    Vec m = Load(row);
+    for (int64_t s = kLanes; s < sv; s += kLanes) m = Max(m, Load(row + s));
+    top = std::max(top, MaxOf(m));
+  }
+  for (int64_t s = sv; s < S; ++s) top = std::max(top, row[s]);
+  const Vec tv = Bcast(top);
+  Vec acc = Zero();
+  for (int64_t s = 0; s < sv; s += kLanes) {
+    const Vec e = ExpNonPositive(Sub(Load(row + s), tv));
+    Store(row + s, e);
+    acc = Add(acc, e);
+  }
+  float total = Sum(acc);
+  for (int64_t s = sv; s < S; ++s) total += (row[s] = std::exp(row[s] - top));
+  const float inv = 1.f / total;
+  const Vec iv = Bcast(inv);
+  for (int64_t s = 0; s < sv; s += kLanes) Store(row + s, Mul(Load(row + s), iv));
+  for (int64_t s = sv; s < S; ++s) row[s] *= inv;
+}
+
 // One (row, kv head): q [G, H] fp32, k, v [S, H], valid [S]; only slots s < filled are read.
 // -> out [G, H]. A row with no valid slot below `filled` averages those slots uniformly.
 template <typename T>
@@ -291,15 +361,7 @@ void AttendOne(const float* q, const T* k, const T* v, const bool* valid, float*
         if (valid[s0 + i]) scores[g * S + s0 + i] = d[i] * scale;
     }
   }
-  for (int64_t g = 0; g < G; ++g) {
-    float* row = scores.data() + g * S;
-    float top = row[0];
-    for (int64_t s = 1; s < S; ++s) top = std::max(top, row[s]);
-    float total = 0.f;
-    for (int64_t s = 0; s < S; ++s) total += (row[s] = std::exp(row[s] - top));
-    const float inv = 1.f / total;
-    for (int64_t s = 0; s < S; ++s) row[s] *= inv;
-  }
+  for (int64_t g = 0; g < G; ++g) SoftmaxRow(scores.data() + g * S, S);
   // out = p . v in register blocks of query heads x output channels. Masked slots have p = 0 and
   // are skipped, unless every slot is masked (then p is uniform and every slot counts).
   const bool any_valid = std::any_of(valid, valid + S, [](bool b) { return b; });
