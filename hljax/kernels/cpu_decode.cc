@@ -482,6 +482,13 @@ ffi::Error DecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::A
   return ffi::Error::Success();
 }
 
+// The output of an in-place call, holding `in`'s bytes: XLA aliases the two (input_output_aliases);
+// if it did not, start from a copy.
+char* InPlace(const ffi::AnyBuffer& in, void* out) {
+  if (out != in.untyped_data()) std::memcpy(out, in.untyped_data(), in.size_bytes());
+  return static_cast<char*>(out);
+}
+
 ffi::Error KvWrite(ffi::AnyBuffer cache, ffi::AnyBuffer x, ffi::Buffer<ffi::S32> slots,
                    ffi::Result<ffi::AnyBuffer> out) {
   // cache, out: [B, K, S, H] (one buffer: the call aliases them); x: [B, K, H] of cache's dtype;
@@ -493,9 +500,7 @@ ffi::Error KvWrite(ffi::AnyBuffer cache, ffi::AnyBuffer x, ffi::Buffer<ffi::S32>
                                        "dtype, slots [B]");
   const int64_t B = cd[0], K = cd[1], S = cd[2], H = cd[3];
   const int64_t es = IsBf16(cache.element_type()) ? 2 : 4;
-  char* dst = static_cast<char*>(out->untyped_data());
-  if (dst != cache.untyped_data())  // XLA did not alias them: start from a copy.
-    std::memcpy(dst, cache.untyped_data(), size_t(B * K * S * H * es));
+  char* dst = InPlace(cache, out->untyped_data());
   const char* src = static_cast<const char*>(x.untyped_data());
   const int32_t* sp = slots.typed_data();
   for (int64_t b = 0; b < B; ++b) {
@@ -519,9 +524,7 @@ ffi::Error CopyRows(ffi::ThreadPool pool, ffi::AnyBuffer dst, ffi::AnyBuffer src
                                        "its dtype, src_rows and dst_rows [R]");
   const int64_t B = dd[0], K = dd[1], S = dd[2], H = dd[3], U = sd[0], W = sd[2], R = rd[0];
   const int64_t es = IsBf16(dst.element_type()) ? 2 : 4;
-  char* to = static_cast<char*>(out->untyped_data());
-  if (to != dst.untyped_data())  // XLA did not alias them: start from a copy.
-    std::memcpy(to, dst.untyped_data(), size_t(B * K * S * H * es));
+  char* to = InPlace(dst, out->untyped_data());
   const char* from = static_cast<const char*>(src.untyped_data());
   const int32_t* sr = src_rows.typed_data();
   const int32_t* dr = dst_rows.typed_data();

@@ -7,10 +7,10 @@ through the weight viewed as a 2D matrix.
 On a CPU the generation engine replaces these weights by their packed form (`pack_state`): one
 layout, not a second copy. A packed weight carries `packed_shape` (its natural shape) in its
 metadata, and `dense` sends every product through it to `hljax.kernels.cpu_decode` (decode steps and
-prefill alike; the kernel is a GEMM over contiguous column panels). The token embedding stays [V, D] and is
-marked `kernel_rows`: the kernels look tokens up in it and, when it is tied, `kernel_logits` reads it
-row by row as the output projection. The engine
-traces its decode steps inside `use_kernels()`, which also sends one-token attention to the kernel.
+prefill alike; the kernel is a GEMM over contiguous column panels). The token embedding stays [V, D]
+and is marked `kernel_rows`: the kernels look tokens up in it and, when it is tied, `kernel_logits`
+reads it row by row as the output projection. The engine traces its decode steps inside
+`use_kernels()`, which also sends one-token attention to the kernel.
 The training path never packs, and accelerators run everything through XLA.
 """
 

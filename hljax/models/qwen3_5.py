@@ -29,8 +29,8 @@ from hljax import sharding as shd
 from hljax.models import gated_deltanet as gdn
 from hljax.models.config import ModelConfig
 from hljax.models.dense import dense, kernel_attention
-from hljax.models.qwen3 import (_MASKED, MLP, LayerCache, _normal, _ones, _param, _zeros, decode_mask, embed_lookup, logits,
-                                remat_call, write_kv)
+from hljax.models.qwen3 import (_MASKED, MLP, LayerCache, _normal, _ones, _param, _zeros, decode_mask, embed_lookup,
+                                logits, remat_call, write_kv)
 from hljax.models.rope import apply_rope, cos_sin, inv_frequencies
 
 
