@@ -143,8 +143,12 @@ class DecodeState:
     params: RowParams
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
 def empty_state(cfg, batch: int, cache_len: int, max_new: int, max_stop_ids: int) -> DecodeState:
-    """A DecodeState whose `batch` slots are all free."""
+    """A DecodeState whose `batch` slots are all free.
+
+    One program rather than an eager op per array: on a CPU each compiled program stays resident, and
+    the eager zeros of a 28-layer cache were ~20 of them, 18 MB (measured with mallinfo2)."""
     zeros = lambda dt: jnp.zeros((batch,), dt)  # noqa: E731
     return DecodeState(
         cache=registry.init_cache(cfg, batch, cache_len),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import logging
 from typing import Sequence
 
@@ -159,14 +160,16 @@ class Batcher:
             kv_valid[u, W - len(p):] = True
         kv_valid[len(distinct):] = True  # Padding rows: a real (if meaningless) token 0 everywhere.
         graphdef, params = self._weights[0], self._weights[1]
-        cache, logits = eng._prefill(graphdef, params, jnp.asarray(tokens), jnp.asarray(positions),
-                                     jnp.asarray(kv_valid), jnp.dtype(self.engine.model_config.dtype))
+        # device_put, not jnp.asarray: the latter compiles (and keeps) a program per host array shape.
+        tokens, positions, kv_valid = jax.device_put((tokens, positions, kv_valid))
+        cache, logits = eng._prefill(graphdef, params, tokens, positions, kv_valid,
+                                     jnp.dtype(self.engine.model_config.dtype))
         n = sum(map(len, distinct))
         self.engine.count(prompt_tokens_prefilled=n, prefills=1)
         log.debug("prefilled %d prompt(s), %d tokens, width %d", len(distinct), n, W)
         # Unshared, rows with equal prompts still map to one row here: each row of a prompt then holds
         # the same values, so which one a slot copies does not matter.
-        return _Prefill(cache, logits, jnp.asarray(kv_valid), {p: u for u, p in enumerate(distinct)})
+        return _Prefill(cache, logits, kv_valid, {p: u for u, p in enumerate(distinct)})
 
     def _hold(self, prefill: _Prefill | None) -> None:
         """Keep prefills that waiting rows will need (when sharing); release the others."""
@@ -211,10 +214,10 @@ class Batcher:
         pad = R - len(group)
         dtypes = dict(prompt_len=np.int32, seeds=np.uint32, temperature=np.float32, top_k=np.int32,
                       top_p=np.float32, max_new=np.int32, min_new=np.int32)
-        rows = RowParams(**{k: jnp.asarray(np.asarray(v + [0] * pad, dtypes[k])) for k, v in params.items()
-                            if k != "stop_ids"}, stop_ids=jnp.asarray(stop_ids))
-        self._st = eng._insert(self._weights[2], self._st, pre.cache, pre.logits, pre.kv_valid, jnp.asarray(src),
-                               jnp.asarray(dst), rows)
+        rows = RowParams(**{k: np.asarray(v + [0] * pad, dtypes[k]) for k, v in params.items() if k != "stop_ids"},
+                         stop_ids=stop_ids)
+        self._st = eng._insert(self._weights[2], self._st, pre.cache, pre.logits, pre.kv_valid,
+                               *jax.device_put((src, dst, rows)))
 
     # -- decoding --
 
@@ -234,7 +237,7 @@ class Batcher:
                 if s is not None and s.request.sampling.stop and not done[b]:
                     hits[b] = self.engine.stop_string_hit(toks[b, : steps[b]].tolist(), s.request.sampling.stop)
             if hits.any():
-                self._st = self._st.replace(done=self._st.done | jnp.asarray(hits))
+                self._st = self._st.replace(done=self._st.done | jax.device_put(hits))
 
     def _retire(self) -> list[Ticket]:
         if self._st is None:
@@ -264,8 +267,10 @@ class Batcher:
         return completed
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
 def _grow(st: DecodeState, B: int, S: int, M: int) -> DecodeState:
-    """st with B slots, cache length S and M token columns; the new slots are free."""
+    """st with B slots, cache length S and M token columns; the new slots are free. One program, not
+    an eager pad per array (see `engine.empty_state`)."""
     old_B, old_S = st.kv_valid.shape
     old_M = st.tokens.shape[1]
 
