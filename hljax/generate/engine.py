@@ -37,6 +37,7 @@ import numpy as np
 from flax import nnx
 
 from hljax import sharding as shd
+from hljax.generate.programs import program
 from hljax.generate.sampling import mask_tokens, row_keys, sample
 from hljax.generate.types import FinishReason, SamplingParams
 from hljax.kernels import cpu_decode
@@ -189,7 +190,7 @@ def _sample_masked(p: RowParams, logits: jax.Array, steps: jax.Array) -> tuple[j
     return sample(logits, row_keys(p.seeds, steps), p.temperature, p.top_k, p.top_p)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 5))
+@program(static_argnums=(0, 5))
 def _prefill(graphdef, params, tokens: jax.Array, positions: jax.Array, kv_valid: jax.Array, cache_dtype):
     """tokens, positions, kv_valid: [U, W] left-padded distinct prompts -> (cache of W slots in
     `cache_dtype`, fp32 logits [U, V] at each prompt's last token)."""
@@ -200,7 +201,7 @@ def _prefill(graphdef, params, tokens: jax.Array, positions: jax.Array, kv_valid
     return cache, model.logits(h[:, -1:])[:, 0]  # Left padding puts every row's last prompt token last.
 
 
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
+@program(static_argnums=(0,), donate_argnums=(1,))
 def _insert(kernels: bool, st: DecodeState, cache, logits, kv_valid, src: jax.Array, dst: jax.Array,
             rows: RowParams) -> DecodeState:
     """Rows join free slots: slot dst[r] takes prefilled prompt src[r] (cache [U, ., W, .], logits [U, V],
@@ -231,7 +232,7 @@ def _insert_rows(st: DecodeState, cache, logits, kv_valid, src, dst, rows: RowPa
     )
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2, 4), donate_argnums=(3,))
+@program(static_argnums=(0, 2, 4), donate_argnums=(3,))
 def _decode_chunk(graphdef, params, kernels: bool, st: DecodeState, n_steps: int) -> DecodeState:
     """kernels: decode attention through the CPU kernel (params then hold `dense.pack_state` weights)."""
     model = nnx.merge(graphdef, params)

@@ -1,4 +1,4 @@
-// CPU decode kernels as XLA FFI custom calls: skinny matmuls over the weights in their natural layout
+// CPU decode kernels as XLA FFI custom calls: skinny matmuls over weights packed in column panels
 // (fp32 or bf16), one-token attention over the filled part of a KV cache (fp32 or bf16), the cache's
 // per-row writes and prefilled-row copies (in place), and the token-embedding lookup.
 //
@@ -174,18 +174,21 @@ void TileRows(int mr, const float* x, int64_t ldx, const W* w, int64_t ldw, int6
   }
 }
 
-// y[:, n0:n0+cols] = x[M, K] @ one packed panel [K, kPw] (cols <= kPw valid columns, rest zero).
-// The panel is one contiguous stream: read once from memory for the first kMr rows, then from L2.
+// y[:, n0:n0+cols] = x[M, K] @ one packed panel [K, cols] (rows cols apart). A full panel has kPw
+// columns; the last may be narrower: its rows are read as whole panel rows, the lanes past `cols`
+// (the next row's first weights, or the zeros `pack` appends after the last row) land in columns
+// that are not stored. The panel is one contiguous stream: read once from memory for the first kMr
+// rows, then from L2.
 template <typename W>
 void PanelRows(const float* x, int64_t M, int64_t K, const W* panel, float* y, int64_t N, int64_t n0, int64_t cols) {
   alignas(64) float part[kMr * kPw];
   for (int64_t m0 = 0; m0 < M; m0 += kMr) {
     const int mr = int(std::min<int64_t>(kMr, M - m0));
-    const W* pf = m0 == 0 ? panel + 16 * kPw : nullptr;  // 16 rows ahead, on the first pass only.
+    const W* pf = m0 == 0 ? panel + 16 * cols : nullptr;  // 16 rows ahead, on the first pass only.
     if (cols == kPw) {
       TileRows<W>(mr, x + m0 * K, K, panel, kPw, K, y + m0 * N + n0, N, true, pf);
     } else {
-      TileRows<W>(mr, x + m0 * K, K, panel, kPw, K, part, kPw, true, pf);
+      TileRows<W>(mr, x + m0 * K, K, panel, cols, K, part, kPw, true, pf);
       for (int m = 0; m < mr; ++m) std::copy(part + m * kPw, part + m * kPw + cols, y + (m0 + m) * N + n0);
     }
   }
@@ -422,14 +425,21 @@ void MatmulNtAll(ffi::ThreadPool& pool, const float* x, int64_t M, int64_t K, co
 bool IsBf16(ffi::DataType t) { return t == ffi::DataType::BF16; }
 bool IsF32OrBf16(ffi::DataType t) { return t == ffi::DataType::F32 || t == ffi::DataType::BF16; }
 
+// The packed length of a [K, N] matrix: N / kPw full panels [K, kPw], then the remaining r columns as
+// one panel [K, r] and kPw - r zeros (whole-vector reads of its last row stay in the buffer).
+int64_t PackedLength(int64_t K, int64_t N) {
+  const int64_t r = N % kPw;
+  return K * N + (r == 0 ? 0 : kPw - r);
+}
+
 ffi::Error Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuffer w, ffi::ResultBuffer<ffi::F32> y) {
   const auto xd = x.dimensions(), wd = w.dimensions(), yd = y->dimensions();
-  if (xd.size() != 2 || wd.size() != 3 || yd.size() != 2 || wd[2] != kPw || !IsF32OrBf16(w.element_type()))
-    return ffi::Error::InvalidArgument("hljax_matmul_packed: want x [M, K] f32, w [P, K, panel width] f32 or bf16, "
-                                       "y [M, N] f32 (is the panel width the one this library was built for?)");
-  const int64_t M = xd[0], K = xd[1], P = wd[0], N = yd[1];
-  if (wd[1] != K || yd[0] != M || N > P * kPw || N <= (P - 1) * kPw)
-    return ffi::Error::InvalidArgument("hljax_matmul_packed: shapes do not match");
+  if (xd.size() != 2 || wd.size() != 1 || yd.size() != 2 || yd[0] != xd[0] || !IsF32OrBf16(w.element_type()))
+    return ffi::Error::InvalidArgument("hljax_matmul_packed: want x [M, K] f32, w packed (1-D) f32 or bf16, y [M, N] f32");
+  const int64_t M = xd[0], K = xd[1], N = yd[1], P = (N + kPw - 1) / kPw;
+  if (wd[0] != PackedLength(K, N))
+    return ffi::Error::InvalidArgument("hljax_matmul_packed: w's length is not that of a packed [K, N] matrix "
+                                       "(is the panel width the one this library was built for?)");
   if (IsBf16(w.element_type()))
     MatmulAll(pool, x.typed_data(), M, K, static_cast<const bf16*>(w.untyped_data()), P, N, y->typed_data());
   else

@@ -116,15 +116,19 @@ def panel_width() -> int:
 
 
 def pack(w: jax.Array) -> jax.Array:
-    """w: [K, N] fp32 or bf16 -> [ceil(N / panel), K, panel] column panels of w's dtype, zero-padded
-    on the right: each panel is one contiguous stream for `matmul_packed`."""
+    """w: [K, N] fp32 or bf16 -> its column panels, flat, in w's dtype: N // panel full panels [K, panel],
+    then the last r = N % panel columns as one panel [K, r] and panel - r zeros (the kernel reads the
+    narrow panel's rows as whole panel rows). Each panel is one contiguous stream for `matmul_packed`,
+    and only the panel - r zeros are stored beyond w's own elements."""
     if w.dtype not in WEIGHT_DTYPES:
         raise ValueError(f"the CPU kernels take fp32 or bf16 weights, not {w.dtype}")
     K, N = w.shape
     panel = panel_width()
-    P = -(-N // panel)
-    w = jnp.pad(w, ((0, 0), (0, P * panel - N)))
-    return w.reshape(K, P, panel).transpose(1, 0, 2)
+    full, r = divmod(N, panel)
+    parts = [w[:, : full * panel].reshape(K, full, panel).transpose(1, 0, 2).reshape(-1)]
+    if r:
+        parts += [w[:, full * panel :].reshape(-1), jnp.zeros(panel - r, w.dtype)]
+    return jnp.concatenate(parts)
 
 
 def matmul_packed(x: jax.Array, packed: jax.Array, n: int) -> jax.Array:
