@@ -435,7 +435,8 @@ int64_t PackedLength(int64_t K, int64_t N) {
 ffi::Error Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuffer w, ffi::ResultBuffer<ffi::F32> y) {
   const auto xd = x.dimensions(), wd = w.dimensions(), yd = y->dimensions();
   if (xd.size() != 2 || wd.size() != 1 || yd.size() != 2 || yd[0] != xd[0] || !IsF32OrBf16(w.element_type()))
-    return ffi::Error::InvalidArgument("hljax_matmul_packed: want x [M, K] f32, w packed (1-D) f32 or bf16, y [M, N] f32");
+    return ffi::Error::InvalidArgument(
+        "hljax_matmul_packed: want x [M, K] f32, w packed (1-D) f32 or bf16, y [M, N] f32");
   const int64_t M = xd[0], K = xd[1], N = yd[1], P = (N + kPw - 1) / kPw;
   if (wd[0] != PackedLength(K, N))
     return ffi::Error::InvalidArgument("hljax_matmul_packed: w's length is not that of a packed [K, N] matrix "
