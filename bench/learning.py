@@ -1,22 +1,31 @@
-"""The paper's proposer comparison at CPU scale, with the simulated solver (a stand-in for an LLM).
+"""The paper's proposer table at CPU scale, in a world where only a proposer that reads the execution
+report and the harness can win (issue 33), with the simulated solver (a stand-in for an LLM).
 
-For each seed: the tiny default (configs/tiny.py: SFT, then GRPO on the 5 RL families) is trained,
-its proposer exported after SFT and after GRPO; then the seed harness, the SFT proposer and the RL
-proposer are evaluated on (a) the RL families and (b) the 21 held-out families, with
-- the single-step protocol of configs/eval_rg_single.py: 8 proposals from the seed harness per
-  family, scored on held-out questions; the mean over proposals is the headline, best-of-8 an oracle;
-- a 5-round `keep_if_better` adaptation (configs/eval_rg_multistep.py): one proposal per round, the
-  kept harness after the last round scored on held-out questions.
-Prints one table (mean and spread over seeds) and, with --write, puts it in docs/benchmarks.md.
+Each family has its own weaknesses (hljax/tasks/bottlenecks.py), each with its own symptom in the
+report and its own fix. For each seed the tiny default (configs/tiny.py) trains: SFT on generated
+edits of many harness shapes with the fix drawn uniformly (the *base* proposer: knows the format,
+not which fix to pick), then GRPO on the 5 RL families (the *RL* proposer). Then, on the RL families
+and on the 21 held-out families, same questions for every row:
+- single step: 8 proposals from the seed harness per family, each scored on held-out questions (the
+  mean over proposals; the best of 8 is an oracle);
+- 5 rounds of `keep_if_better`, one proposal a round; the kept harness after round 5 scored on
+  held-out questions, and per round the share of proposals whose edit did not apply.
+Rows: the seed harness; base; RL; **RL with an empty report** (`prompt.report="empty"`, an ablation);
+the **best fixed edit**: one edit text of hljax/data/harness_fixes.py applied everywhere, the one with
+the best mean over the evaluated families (what a proposer that memorises one edit scores; with the
+best set of fixes in one edit beside it); and the **per-family oracle**: the best single fix and the
+best set of fixes for each family (upper bounds, chosen on the held-out questions).
 
     python bench/learning.py --seeds 0,1,2 [--write] [--out runs/bench_learning]
 
 Everything is resumable: a finished training run or evaluation is reused when its files exist.
+`--write` puts the table in docs/benchmarks.md and the per-family plot in docs/learning_families.png.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -30,6 +39,7 @@ sys.path.insert(0, ROOT)
 
 MARK_BEGIN = "<!-- bench/learning.py: begin -->"
 MARK_END = "<!-- bench/learning.py: end -->"
+ROLES = {"rl": "5 RL families", "heldout": "21 held-out families"}
 
 
 def train(seed: int, out: str, extra: list[str]) -> tuple[str, float | None]:
@@ -46,25 +56,23 @@ def train(seed: int, out: str, extra: list[str]) -> tuple[str, float | None]:
     return run_dir, seconds
 
 
-def evaluate(run_dir: str, seed: int, role: str, protocol: str, out: str, args) -> dict:
-    """Mean over tasks of each row (seed, sft, rl): {'mean', 'oracle'} per label."""
+def eval_config(seed: int, role: str, protocol: str, name: str, proposers: tuple[str, ...], report: str, args):
     from configs import adapt_tiny
-    from hljax.loop import evaluate as ev
     from hljax.loop.run_config import EvalRunConfig
 
     c = adapt_tiny.get_config()
-    c.run_dir = os.path.join(out, f"eval-seed{seed}-{role}-{protocol}")
+    c.run_dir = os.path.join(args.out, f"eval-seed{seed}-{role}-{protocol}-{name}")
     c.seed = seed
-    c.proposers = (f"sft={run_dir}/export-sft", f"rl={run_dir}/export")
+    c.proposers = proposers
     c.tasks.role = role
-    if role == "heldout":
-        # Some held-out families' task texts make prompts past 2,048 tokens (configs/adapt_tiny.py's
-        # engine context, kept for the RL families); the tiny model takes 4,096 positions.
-        c.proposer.max_seq_len = 4096
     c.tasks.families = ()
+    # Held-out families' task texts make prompts past 2,048 tokens; the tiny model takes 4,096 positions.
+    c.proposer.max_seq_len = 4096
     c.evaluation.eval_questions = args.eval_questions
     c.adapt.scoring_questions = args.scoring_questions
     c.adapt.temperature = 0.5  # The tiny default's GRPO sampling temperature.
+    c.adapt.max_new_tokens = 256
+    c.prompt.report = report
     c.report.html = False
     c.report.plots = False
     if protocol == "single":
@@ -76,19 +84,82 @@ def evaluate(run_dir: str, seed: int, role: str, protocol: str, out: str, args) 
         c.adapt.proposals = 1
         c.adapt.runs = 1
         c.adapt.policy = "keep_if_better"
-    cfg = EvalRunConfig.from_config(c)
-    done = os.path.join(c.run_dir, "results.csv")
+    return EvalRunConfig.from_config(c)
+
+
+def evaluate(cfg) -> tuple[dict, dict]:
+    """-> ({label: {task: (mean, oracle)}}, {label: per-round failure counts}) of one evaluation."""
+    from hljax.loop import evaluate as ev
+    from hljax.loop import records as rec
+
+    done = os.path.join(cfg.run_dir, "results.csv")
     if not os.path.exists(done):
         ev.run(cfg)
-    rows: dict[str, dict[str, list[float]]] = {}
+    rows: dict[str, dict[str, tuple[float, float]]] = {}
     with open(done) as f:
         header = f.readline().strip().split(",")
         for line in f:
             r = dict(zip(header, line.strip().split(",")))
-            d = rows.setdefault(r["proposer"], {"mean": [], "oracle": []})
-            d["mean"].append(float(r["mean"]))
-            d["oracle"].append(float(r["oracle"]))
-    return {label: {k: statistics.fmean(v) for k, v in d.items()} for label, d in rows.items()}
+            rows.setdefault(r["proposer"], {})[r["task"]] = (float(r["mean"]), float(r["oracle"]))
+    failures = {}
+    if cfg.evaluation.protocol == "rounds":
+        for entry in cfg.proposers:
+            per_round = {}
+            for task in os.listdir(os.path.join(cfg.run_dir, entry.label)):
+                for r in rec.RunStore(os.path.join(cfg.run_dir, entry.label, task, "run0")).rounds():
+                    c = per_round.setdefault(r.round, {"proposals": 0, "invalid": 0, "revised": 0, "span_not_found": 0})
+                    for cand in r.candidates:
+                        c["proposals"] += 1
+                        c["invalid"] += not cand.has_code
+                        if r.parent != rec.SEED_ID:
+                            c["revised"] += 1
+                            c["span_not_found"] += cand.kind == "SpanNotFound"
+            failures[entry.label] = per_round
+    return rows, failures
+
+
+def fixed_edit_scores(cfg, path: str) -> dict[str, dict[str, float]]:
+    """Held-out score of the seed harness with every set of fixes, per task: {fixes: {task: mean}},
+    on the evaluation's own questions and solver. Cached in `path`."""
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    from hljax.data import harness_fixes as hf
+    from hljax.loop.evaluate import solver_spec
+    from hljax.generate.endpoints import Endpoint
+    from hljax import sharding as shd
+    from hljax.tasks.jobs import run_codes
+    from hljax.tasks.suite import build_tasks
+    from sandbox.pool import SandboxPool
+
+    sets = [c for n in range(len(hf.KINDS) + 1) for c in itertools.combinations(hf.KINDS, n)]
+    codes = [hf.render(hf.Variant(fixes=s, inline=not s)) for s in sets]
+    out: dict[str, dict[str, float]] = {"+".join(s) or "seed": {} for s in sets}
+    with Endpoint(solver_spec(cfg), shd.make_mesh(cfg.mesh), name="solver") as solver, \
+            SandboxPool(cfg.sandbox, solver.generator, cfg.solver.budget) as pool:
+        for task in build_tasks(cfg.tasks, cfg.seed):
+            results = run_codes(pool, task, codes, task.take("eval", cfg.evaluation.eval_questions))
+            for s, rs in zip(sets, results):
+                out["+".join(s) or "seed"][task.name] = statistics.fmean(r.score or 0.0 for r in rs)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+    return out
+
+
+def fixed_rows(scores: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """The fixed-edit and oracle rows, per task, from `fixed_edit_scores`."""
+    tasks = list(scores["seed"])
+    singles = [k for k in scores if k != "seed" and "+" not in k]
+    mean = lambda k: statistics.fmean(scores[k][t] for t in tasks)  # noqa: E731
+    best_single = max(singles, key=mean)
+    best_set = max((k for k in scores if k != "seed"), key=mean)
+    return {
+        f"best fixed edit ({best_single})": scores[best_single],
+        f"best fixed set of fixes ({best_set})": scores[best_set],
+        "per-family oracle: best single fix": {t: max(scores[k][t] for k in singles) for t in tasks},
+        "per-family oracle: best set of fixes": {t: max(scores[k][t] for k in scores) for t in tasks},
+    }
 
 
 def grpo_rise(run_dir: str) -> tuple[float, float]:
@@ -100,9 +171,46 @@ def grpo_rise(run_dir: str) -> tuple[float, float]:
 
 
 def spread(xs: list[float]) -> str:
+    if not xs:
+        return "–"
     if len(xs) < 2:
         return f"{xs[0]:.3f}"
     return f"{statistics.fmean(xs):.3f} ± {statistics.stdev(xs):.3f}"
+
+
+def plot_families(per_task: dict, path: str) -> None:
+    """Per-family held-out single-step scores (mean over seeds): seed, base, RL, oracle."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from hljax.tasks import bottlenecks
+
+    labels = [("seed", "seed harness", "#999999"), ("base", "base proposer (SFT)", "#8fb3d9"),
+              ("rl", "RL proposer", "#d9534f"), ("rl, empty report", "RL, empty report", "#f0ad4e"),
+              ("per-family oracle: best single fix", "oracle: best single fix", "#5cb85c")]
+    fig, axes = plt.subplots(1, 2, figsize=(15, 5.5), gridspec_kw={"width_ratios": [5, 21]})
+    for ax, role in zip(axes, ("rl", "heldout")):
+        tasks = sorted(per_task[role]["seed"])
+        x = np.arange(len(tasks))
+        width = 0.8 / len(labels)
+        for i, (key, name, colour) in enumerate(labels):
+            ys = [statistics.fmean(per_task[role][key][t]) for t in tasks]
+            ax.bar(x + (i - len(labels) / 2 + 0.5) * width, ys, width, label=name, color=colour)
+        ax.set_xticks(x)
+        ax.set_xticklabels([f"{t[3:]}\n({'+'.join(bottlenecks.kinds(t)) or '-'})" for t in tasks], rotation=70,
+                           fontsize=7, ha="right")
+        ax.set_ylabel("held-out score, single step (mean of 8 proposals)")
+        ax.set_xlabel("family (its weaknesses)")
+        ax.set_title(ROLES[role])
+        ax.set_ylim(0, 1)
+    axes[1].legend(fontsize=8, loc="upper right")
+    fig.suptitle("Simulated solver (a stand-in for an LLM on CPU): per-family scores, mean over seeds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 def main():
@@ -118,51 +226,97 @@ def main():
     seeds = [int(s) for s in args.seeds.split(",")]
     roles = args.roles.split(",")
     t0 = time.time()
-    results = {}  # (role, protocol, label, field) -> [per seed]
-    rises = []
-    runs, walls = {}, []
+    runs, walls, rises = {}, [], []
     for seed in seeds:  # Every training run first: they are also the tiny default's 3-seed check.
         runs[seed], seconds = train(seed, args.out, args.train_args)
         rises.append(grpo_rise(runs[seed]))
         walls.append(seconds)
         print(f"seed {seed}: tiny default {'reused' if seconds is None else f'{seconds / 60:.1f} min'}; "
               f"GRPO score/mean first quarter {rises[-1][0]:.3f} -> last quarter {rises[-1][1]:.3f}", flush=True)
+    # (role, protocol) -> row -> task -> [per seed]; a row's headline is its mean over tasks.
+    cells: dict = {}
+    oracles: dict = {}
+    fails: dict = {}
     for seed in seeds:
         run_dir = runs[seed]
         for role in roles:
             for protocol in ("single", "rounds"):
-                table = evaluate(run_dir, seed, role, protocol, args.out, args)
-                for label, d in table.items():
-                    for field, value in d.items():
-                        results.setdefault((role, protocol, label, field), []).append(value)
-                print(f"seed {seed} {role} {protocol}: " + ", ".join(f"{k} {v['mean']:.3f}" for k, v in table.items()),
-                      flush=True)
+                full = eval_config(seed, role, protocol, "full", (f"base={run_dir}/export-sft", f"rl={run_dir}/export"),
+                                   "full", args)
+                empty = eval_config(seed, role, protocol, "empty", (f"rl={run_dir}/export",), "empty", args)
+                table, failures = evaluate(full)
+                ablation, ablation_failures = evaluate(empty)
+                table["rl, empty report"] = ablation["rl"]
+                failures["rl, empty report"] = ablation_failures.get("rl", {})
+                if protocol == "single":
+                    fixed = fixed_rows(fixed_edit_scores(full, os.path.join(args.out, f"fixed-seed{seed}-{role}.json")))
+                    table.update({k: {t: (v, v) for t, v in d.items()} for k, d in fixed.items()})
+                for label, by_task in table.items():
+                    for task, (m, o) in by_task.items():
+                        cells.setdefault((role, protocol), {}).setdefault(label, {}).setdefault(task, []).append(m)
+                        oracles.setdefault((role, protocol), {}).setdefault(label, []).append(o)
+                for label, per_round in failures.items():
+                    for r, c in per_round.items():
+                        acc = fails.setdefault((role, label), {}).setdefault(r, dict.fromkeys(c, 0))
+                        for k, v in c.items():
+                            acc[k] += v
+                print(f"seed {seed} {role} {protocol}: " + ", ".join(
+                    f"{k} {statistics.fmean(m for m, _ in v.values()):.3f}" for k, v in table.items()), flush=True)
     minutes = (time.time() - t0) / 60
+
+    def headline(role, protocol, label):
+        """Per seed: the mean over tasks."""
+        by_task = cells.get((role, protocol), {}).get(label)
+        if not by_task:
+            return []
+        return [statistics.fmean(v[i] for v in by_task.values()) for i in range(len(seeds))]
+
+    def best_of(role, label):
+        o = oracles.get((role, "single"), {}).get(label, [])
+        n = len(o) // len(seeds) if o else 0
+        return [statistics.fmean(o[i * n:(i + 1) * n]) for i in range(len(seeds))] if n else []
+
     lines = [
         f"Measured with the **simulated solver** (hljax/tasks/simulated_solver.py, a stand-in for an LLM on CPU; "
-        f"these are not a real model's scores), the tiny proposer of configs/tiny.py, seeds {seeds}: "
-        f"mean ± standard deviation over seeds of the mean over families. "
-        f"{args.eval_questions} held-out questions per family; `python bench/learning.py {' '.join(sys.argv[1:])}` "
-        f"({minutes:.0f} min on 2 CPU cores, {time.strftime('%Y-%m-%d')}).",
+        f"not a real model's scores; each family's weaknesses: hljax/tasks/bottlenecks.py, fixed before any "
+        f"held-out score was measured), the tiny proposer of configs/tiny.py, seeds {seeds}: mean ± standard "
+        f"deviation over seeds of the mean over families. {args.eval_questions} held-out questions per family; "
+        f"`python bench/learning.py {' '.join(sys.argv[1:])}` ({minutes:.0f} min on 2 CPU cores, "
+        f"{time.strftime('%Y-%m-%d')}).",
         "",
-        "| families | proposer | single step: mean of 8 | single step: best of 8 (oracle) | 5 rounds keep_if_better |",
+        "| families | row | single step: mean of 8 | single step: best of 8 (oracle) | 5 rounds keep_if_better |",
         "|---|---|---|---|---|",
     ]
     for role in roles:
-        for label in ("seed", "sft", "rl"):
-            single = results.get((role, "single", label, "mean"), [])
-            oracle = results.get((role, "single", label, "oracle"), [])
-            rounds = results.get((role, "rounds", label, "mean"), [])
-            name = {"rl": "5 RL families", "heldout": "21 held-out families"}[role]
-            cell_oracle = "–" if label == "seed" else spread(oracle)
-            lines.append(f"| {name} | {label} | {spread(single)} | {cell_oracle} | {spread(rounds)} |")
+        labels = list(cells.get((role, "single"), {}))
+        for label in labels:
+            proposer = label in ("base", "rl", "rl, empty report")
+            rounds = headline(role, "rounds", label) if label in ("seed",) or proposer else []
+            lines.append(f"| {ROLES[role]} | {label} | {spread(headline(role, 'single', label))} | "
+                         f"{spread(best_of(role, label)) if proposer else '–'} | {spread(rounds)} |")
+    lines += ["", "Proposals whose edit did not apply, per round of the 5-round runs (all seeds; "
+              "SpanNotFound counted on revised harnesses, i.e. rounds whose parent is not the seed):", ""]
+    for (role, label), per_round in sorted(fails.items()):
+        parts = []
+        for r in sorted(per_round):
+            c = per_round[r]
+            part = f"round {r + 1}: {c['invalid']}/{c['proposals']} invalid"
+            if c["revised"]:
+                part += f", SpanNotFound {c['span_not_found']}/{c['revised']} on revised"
+            parts.append(part)
+        lines.append(f"- {ROLES[role]}, {label}: " + "; ".join(parts))
     lines += ["", "GRPO of the tiny default, `score/mean` of the sampled candidates (first quarter of GRPO steps "
               "-> last quarter): " + "; ".join(f"seed {s}: {a:.3f} -> {b:.3f}" for s, (a, b) in zip(seeds, rises))
               + ". Wall time of each tiny default run: "
               + ", ".join("reused" if w is None else f"{w / 60:.1f} min" for w in walls) + "."]
     table = "\n".join(lines)
     print("\n" + table)
+    per_task = {role: {label: by_task for label, by_task in cells.get((role, "single"), {}).items()} for role in roles}
+    with open(os.path.join(args.out, "per_task.json"), "w") as f:
+        json.dump(per_task, f, indent=1)
     if args.write:
+        if set(roles) == set(ROLES):
+            plot_families(per_task, os.path.join(ROOT, "docs", "learning_families.png"))
         path = os.path.join(ROOT, "docs", "benchmarks.md")
         text = open(path).read()
         block = f"{MARK_BEGIN}\n{table}\n{MARK_END}"

@@ -27,7 +27,9 @@ def get_config():
     c.evaluation.eval_questions = 6
     c.solver.backend = "simulated"
     c.solver.max_seq_len = 1024
-    c.solver.max_new_tokens = 32
-    c.solver.max_tokens = 256
+    # The tiny default's solver block (configs/tiny.py): the scores it trained on.
+    c.solver.max_new_tokens = 256
+    c.solver.max_calls = 8
+    c.solver.max_tokens = 8192
     c.prompt.report_max_chars = 700
     return c

@@ -53,9 +53,11 @@ def get_config():
     # learning could be seen with it.
     c.solver.backend = "simulated"
     c.solver.max_seq_len = 1024
-    c.solver.max_new_tokens = 32
-    c.solver.max_calls = 4
-    c.solver.max_tokens = 256
+    # Room for any answer of the families (but not for the reasoning a `truncation` family writes
+    # first: hljax/tasks/bottlenecks.py), and for a harness that checks and votes (6 calls).
+    c.solver.max_new_tokens = 256
+    c.solver.max_calls = 8
+    c.solver.max_tokens = 8192
     c.tasks.feedback = 3
     c.tasks.pool_size = 2000
     c.prompt.report_max_chars = 700

@@ -130,7 +130,7 @@ def test_fields_no_config_set_before_are_settable_from_the_command_line():
     assert cfg.prompt.report_max_tokens == 900
     assert cfg.solver.budget.batch_window_s == 0.01
     assert (cfg.solver.budget.sampling.seed, cfg.solver.budget.sampling.stop) == (3, ("END",))
-    assert cfg.solver.budget.sampling.max_new_tokens == 32  # tiny.py's own value, untouched.
+    assert cfg.solver.budget.sampling.max_new_tokens == 256  # tiny.py's own value, untouched.
 
 
 def test_run_defaults_that_differ_from_a_components_own():

@@ -65,11 +65,15 @@ def test_collection_training_and_evaluation_share_one_solver(setup):
 
 
 def test_the_tiny_configs_keep_their_own_solver():
-    """The CPU stand-ins are untouched by the setups: greedy, short answers."""
-    for name in ("tiny", "adapt_tiny", "collect_tiny"):
+    """The CPU stand-ins are untouched by the setups: greedy; the simulated solver's configs share one
+    block (room for every family's answer, 8 calls for a harness that checks and votes)."""
+    expect = {"tiny": (0.0, 256, 8, 8192), "adapt_tiny": (0.0, 256, 8, 8192), "collect_tiny": (0.0, 32, 4, 256)}
+    for name, want in expect.items():
         s = _resolved(name).solver
         assert s.backend in ("simulated", "embedded")
-        assert (s.budget.sampling.temperature, s.budget.sampling.max_new_tokens, s.budget.max_calls) == (0.0, 32, 4)
+        assert (s.budget.sampling.temperature, s.budget.sampling.max_new_tokens, s.budget.max_calls,
+                s.budget.max_tokens) == want
+    assert _resolved("tiny").solver == _resolved("adapt_tiny").solver
 
 
 def test_multistep_configs():

@@ -20,6 +20,19 @@ def _report() -> ExecutionReport:
     return ExecutionReport.from_results([Job("c", "What is 2+2?", reference="4")], [JobResult("", "ok", "5", 0.0)])
 
 
+def test_an_empty_report_ablation_shows_nothing_of_the_run_and_changes_nothing_else():
+    harness = seeds.load("reasoning")
+    full = prompts.user_prompt("Task text.", harness, _report())
+    empty = prompts.user_prompt("Task text.", harness, _report(), config=prompts.PromptConfig(report="empty"))
+    section = "## Execution report of the current harness on feedback questions\n"
+    assert "Harness answer: 5" in full and "Harness answer" not in empty and "What is 2+2?" not in empty
+    assert section + prompts.EMPTY_REPORT + "\n\n## Your answer" in empty
+    before, after = full.split(section)[0], full.split("## Your answer")[1]
+    assert empty.startswith(before) and empty.endswith(after)
+    with pytest.raises(ValueError, match="report must be 'full' or 'empty'"):
+        prompts.PromptConfig(report="none")
+
+
 def test_messages_hold_task_contract_harness_report_and_format():
     harness = seeds.load("multihop_qa")
     msgs = prompts.proposer_messages("Answer multi-hop questions.", harness, _report(), tools=(contract.RETRIEVE,))

@@ -21,7 +21,8 @@ GREEDY = SamplingParams(max_new_tokens=64, temperature=0.0)
 
 @pytest.fixture(scope="module")
 def task():
-    return ReasoningGymTask(RGTaskConfig(family="basic_arithmetic", pool_size=3000,
+    # A family without weaknesses (hljax/tasks/bottlenecks.py): the table's base behaviour.
+    return ReasoningGymTask(RGTaskConfig(family="complex_arithmetic", pool_size=3000,
                                          splits=SplitConfig(seed=0, feedback_size=4, scoring_size=400, eval_size=4)))
 
 
@@ -46,8 +47,12 @@ def _in_format(question, text):
         FORMATS[question.payload.format].render(FORMATS[question.payload.format].extract(text)).strip()
 
 
-def test_greedy_is_fixed_and_sampling_varies(solver, questions):
-    q = questions[0]
+def test_greedy_is_fixed_and_sampling_varies_on_a_variance_family():
+    task = ReasoningGymTask(RGTaskConfig(family="count_primes", pool_size=2000,
+                                         splits=SplitConfig(seed=0, feedback_size=4, scoring_size=8, eval_size=4)))
+    q = task.take("scoring", 1)[0]
+    solver = SimulatedSolver(seed=0)
+    solver.register(task, [q])
     assert _answers(solver, [q.text] * 3) == _answers(solver, [q.text] * 3)
     sampled = {c.text for c in _answers(solver, [q.text] * 40, SamplingParams(max_new_tokens=64, temperature=1.0))}
     assert len(sampled) > 1
@@ -58,36 +63,20 @@ def test_unknown_prompt_gets_a_confused_reply(solver):
 
 
 def test_format_follows_the_table(solver, questions):
-    """Share of replies in the demanded format: about format_stated for the bare question, about
-    format_stressed when the prompt insists, about format_suppressed when it asks for plain text."""
+    """Share of replies in the demanded format on a family without the format weakness: about
+    format_kept; about format_suppressed when the prompt asks for plain text."""
     b = Behaviour()
     bare = _answers(solver, [q.text for q in questions])
-    stressed = _answers(solver, [q.text + "\n\nAnswer exactly in the format asked above." for q in questions])
     plain = _answers(solver, [q.text + "\n\nAnswer in plain text, no formatting." for q in questions])
     # "bare" accepts any reply as its format, so only the delimited formats can tell.
     rate = lambda outs: statistics.fmean(_in_format(q, c.text) for q, c in zip(questions, outs)  # noqa: E731
                                          if q.payload.format != "bare")
-    assert abs(rate(bare) - b.format_stated) < 0.1
-    assert abs(rate(stressed) - b.format_stressed) < 0.05
+    assert abs(rate(bare) - b.format_kept) < 0.05
     assert rate(plain) < b.format_suppressed + 0.05
 
 
-def test_scores_through_reasoning_gyms_scorer_rise_with_reasoning_and_room(task, solver, questions):
-    def mean_score(suffix, max_new_tokens):
-        sp = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
-        outs = _answers(solver, [q.text + suffix for q in questions], sp)
-        return statistics.fmean(task.score(c.text, q).value for q, c in zip(questions, outs)), outs
-
-    bare, _ = mean_score("", 64)
-    stressed, _ = mean_score("\n\nAnswer exactly in the format asked above.", 64)
-    reasoning, _ = mean_score("\n\nThink step by step, then answer in the format asked above.", 512)
-    truncated, outs = mean_score("\n\nThink step by step, then answer in the format asked above.", 32)
-    assert 0.1 < bare < stressed < reasoning
-    assert truncated == 0.0 and all(c.finish_reason == "length" for c in outs)
-
-
 def test_wrong_answers_are_near_misses_that_score_below_one(task, solver, questions):
-    outs = _answers(solver, [q.text + "\n\nAnswer exactly in the format asked above." for q in questions])
+    outs = _answers(solver, [q.text for q in questions])
     wrong = [(q, c.text) for q, c in zip(questions, outs) if task.score(c.text, q).value < 1.0]
     assert wrong
     for q, text in wrong[:40]:
@@ -97,17 +86,101 @@ def test_wrong_answers_are_near_misses_that_score_below_one(task, solver, questi
             assert len(got) <= len(str(q.payload.entry["answer"])) + 3  # A near miss, not noise.
 
 
-def test_majority_vote_of_samples_beats_one_sample(task, solver, questions):
-    """At temperature > 0 samples are independent, so voting helps where a question is answered
-    right more often than not."""
-    prompt = lambda q: q.text + "\n\nAnswer exactly in the format asked above."  # noqa: E731
-    sp = SamplingParams(max_new_tokens=64, temperature=0.7)
-    single, voted = [], []
-    for q in questions[:120]:
-        texts = [c[0].text for c in solver.generate([prompt(q)] * 7, sp)]
-        single.append(task.score(texts[0], q).value)
-        voted.append(task.score(max(set(texts), key=texts.count), q).value)
-    assert statistics.fmean(voted) > statistics.fmean(single) + 0.03
+def test_a_consistent_solver_gives_one_answer_per_question_whatever_the_wording(solver, questions):
+    """Outside `variance` families a question's answer does not move with the prompt's wording or
+    with sampling: voting gains nothing, and a reworded prompt is no lottery ticket."""
+    q = questions[0]
+    sampled = {c.text for c in _answers(solver, [q.text] * 20, SamplingParams(max_new_tokens=64, temperature=1.0))}
+    assert len(sampled) == 1
+    right = [c.text == FORMATS[x.payload.format].render(x.payload.entry["answer"])
+             for x, c in zip(questions, _answers(solver, [x.text for x in questions]))]
+    reworded = [c.text == FORMATS[x.payload.format].render(x.payload.entry["answer"])
+                for x, c in zip(questions, _answers(solver, ["Please help.\n" + x.text for x in questions]))]
+    assert right == reworded
+
+
+# ----- the per-family weaknesses (hljax/tasks/bottlenecks.py), each with its symptom and its fix -----
+
+FAMILY_OF_KIND = {"format": "calendar_arithmetic", "truncation": "gsm_symbolic", "careless": "simple_equations",
+                  "variance": "count_primes", "buried": "number_filtering", "none": "complex_arithmetic"}
+
+
+@pytest.fixture(scope="module")
+def world():
+    """The RL families (one weakness each) and a family without one, with their scoring questions,
+    and a sandbox pool with the tiny default's solver budget."""
+    from sandbox.pool import SandboxPool
+
+    cfg = RunConfig.from_config(tiny.get_config())
+    tasks = {kind: ReasoningGymTask(RGTaskConfig(family=f, pool_size=2000, splits=SplitConfig(
+        seed=0, feedback_size=3, scoring_size=48, eval_size=4))) for kind, f in FAMILY_OF_KIND.items()}
+    with SandboxPool(cfg.sandbox, SimulatedSolver(seed=0), cfg.solver.budget) as pool:
+        yield tasks, pool
+
+
+def _scores(world, kind, fix_sets):
+    """Mean reasoning-gym score of the seed harness with each set of fixes, on `kind`'s family."""
+    from hljax.data import harness_fixes as hf
+    from hljax.tasks.jobs import run_codes
+
+    tasks, pool = world
+    task = tasks[kind]
+    codes = [hf.render(hf.Variant(fixes=tuple(s), inline=not s)) for s in fix_sets]
+    results = run_codes(pool, task, codes, task.take("scoring", 48))
+    return [statistics.fmean(r.score or 0.0 for r in rs) for rs in results]
+
+
+SYMPTOMS = {"format": "The answer is ", "truncation": "Let me think step by step.", "careless": "Quick answer: ",
+            "variance": "Not sure, guessing: ", "buried": "P.S. An earlier draft said: "}
+
+
+@pytest.mark.parametrize("kind", sorted(SYMPTOMS))
+def test_each_weakness_shows_its_symptom_in_the_report(world, kind):
+    from hljax.harness import seeds
+    from hljax.loop.revision import build_state
+
+    tasks, pool = world
+    report = build_state(pool, tasks[kind], seeds.load("reasoning"), 0).report
+    answers = [q.answer for q in report.questions]
+    assert sum(SYMPTOMS[kind] in a for a in answers) >= 2, answers
+    others = [k for k in SYMPTOMS if k != kind and k != "format"]  # "The answer is" may follow any prefix.
+    assert not any(SYMPTOMS[k] in a for k in others for a in answers), answers
+
+
+@pytest.mark.parametrize("kind", sorted(SYMPTOMS))
+def test_each_fix_mends_its_own_weakness_and_no_other(world, kind):
+    """On each family the fix of its weakness raises the seed harness's score by far more than any
+    other fix; the other fixes leave it about where it was, or lower it (what they cost)."""
+    kinds = sorted(SYMPTOMS)
+    seed, *fixed = _scores(world, kind, [()] + [(k,) for k in kinds])
+    gain = dict(zip(kinds, (f - seed for f in fixed)))
+    assert gain[kind] > 0.15, gain
+    assert all(g < 0.08 for k, g in gain.items() if k != kind), gain
+
+
+def test_fixes_cost_something_where_they_are_not_needed(world):
+    """On a family without weaknesses: voting at temperature 1 (sampled_penalty) and a check of a
+    proposed answer (second_guess_rate) lose right answers; the other fixes change nothing."""
+    seed, fmt, trunc, careless, variance, buried = _scores(
+        world, "none", [(), ("format",), ("truncation",), ("careless",), ("variance",), ("buried",)])
+    assert careless < seed - 0.05 and variance < seed - 0.05, (seed, careless, variance)
+    assert fmt == trunc == buried == seed
+
+
+def test_two_weaknesses_need_both_fixes(world):
+    """A family with two weaknesses (held-out knights_knaves: truncation and careless) gains little
+    from either fix alone and most from both."""
+    from hljax.data import harness_fixes as hf
+    from hljax.tasks.jobs import run_codes
+
+    _, pool = world
+    task = ReasoningGymTask(RGTaskConfig(family="knights_knaves", pool_size=2000, splits=SplitConfig(
+        seed=0, feedback_size=3, scoring_size=32, eval_size=4)))
+    sets = [(), ("truncation",), ("careless",), ("truncation", "careless")]
+    codes = [hf.render(hf.Variant(fixes=s, inline=not s)) for s in sets]
+    seed, trunc, careless, both = [statistics.fmean(r.score or 0.0 for r in rs)
+                                   for rs in run_codes(pool, task, codes, task.take("scoring", 32))]
+    assert both > max(seed, trunc, careless) + 0.2, (seed, trunc, careless, both)
 
 
 def test_config_refuses_a_model_beside_the_simulated_backend():
@@ -155,6 +228,13 @@ def test_solver_is_not_reachable_from_harness_code(task, questions):
         assert "Behaviour" not in r.answer
     # The references were registered on the trusted side only: the simulator answered the questions.
     assert all(CONFUSED not in r.answer for r in results)
+
+
+def test_every_listed_family_has_a_row_in_the_weakness_table():
+    from hljax.tasks import bottlenecks
+
+    bottlenecks.check()
+    assert bottlenecks.kinds("rg/gsm_symbolic") == ("truncation",) and bottlenecks.kinds("qa/hotpotqa") == ()
 
 
 def test_run_outputs_say_the_solver_is_simulated():

@@ -1,6 +1,8 @@
 """Reasoning Gym families: the registry checks, every listed family in every format, splits on a real family."""
 
 import dataclasses
+import json
+import os
 
 import pytest
 import reasoning_gym
@@ -168,3 +170,28 @@ def test_task_config_is_checked():
         RGTaskConfig("gcdd")
     with pytest.raises(ValueError, match="unknown answer formats"):
         RGTaskConfig("gcd", formats=("xml",))
+
+
+def test_every_listed_familys_questions_are_the_same_in_every_process():
+    """Python's string hashes differ per process (PYTHONHASHSEED): a family whose generator follows
+    them (isomorphic_strings, ransom_note, word_ladder: excluded) would split and score differently
+    in a resumed run, an evaluation or a subprocess. Two processes with different hash seeds must agree."""
+    import subprocess
+    import sys
+
+    code = ("import hashlib, json, reasoning_gym\n"
+            "from hljax.tasks import rg_families\n"
+            "out = {}\n"
+            "for f in rg_families.SFT + rg_families.RL + rg_families.HELDOUT:\n"
+            "    ds = reasoning_gym.create_dataset(f, seed=0, size=20)\n"
+            "    rows = [(ds[i]['question'], str(ds[i]['answer'])) for i in range(20)]\n"
+            "    out[f] = hashlib.sha256(json.dumps(rows).encode()).hexdigest()\n"
+            "print(json.dumps(out))\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digests = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": root}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        digests.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert [f for f in digests[0] if digests[0][f] != digests[1][f]] == []

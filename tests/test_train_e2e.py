@@ -1,5 +1,6 @@
 """The embedded default end to end (shortened), and crash-resume reproducibility."""
 
+import csv
 import json
 import os
 import signal
@@ -34,6 +35,7 @@ def _metrics(run_dir):
         return [json.loads(line) for line in f]
 
 
+REPORT_MARGIN = 0.05  # See test_the_rl_proposer_reads_the_report.
 GRPO_STEPS = 20  # The tiny default (configs/tiny.py) as shipped: 12 steps were too few to see seed 0 learn.
 SFT_STEPS = 150
 
@@ -67,6 +69,37 @@ def test_grpo_raises_the_candidates_score(tiny_run):
     # Noise between quarter means of a run that does not learn is about 0.03 (5 steps x 20 candidates);
     # the 3 seeds of the tiny default rose by 0.14-0.19.
     assert last > first + 0.08, scores
+
+
+def _single_step_mean(run, out, report):
+    """The RL export's single-step protocol on the 5 RL families (8 proposals from the seed harness,
+    each scored on 16 held-out questions): the mean over families and proposals, from results.csv."""
+    argv = [sys.executable, "-m", "launch.evaluate", "--config", os.path.join(ROOT, "configs/adapt_tiny.py"),
+            f"--config.run_dir={out}", f"--config.proposers=('rl={run}/export',)", "--config.tasks.role=rl",
+            "--config.tasks.families=()", "--config.evaluation.protocol=single", "--config.adapt.proposals=8",
+            "--config.evaluation.eval_questions=16", "--config.adapt.temperature=0.5",
+            "--config.adapt.max_new_tokens=256", f"--config.prompt.report={report}", "--config.report.html=False",
+            "--config.report.plots=False"]
+    out_ = subprocess.run(argv, cwd=ROOT, env={**os.environ, "XLA_FLAGS": "", "PYTHONPATH": ROOT},
+                          capture_output=True, text=True, timeout=900)
+    assert out_.returncode == 0, out_.stdout[-3000:] + out_.stderr[-5000:]
+    with open(os.path.join(out, "results.csv")) as f:
+        rows = list(csv.DictReader(f))
+    return float(np.mean([float(r["mean"]) for r in rows if r["proposer"] == "rl"]))
+
+
+@pytest.mark.slow
+@FIXTURE_TIMEOUT
+def test_the_rl_proposer_reads_the_report(tiny_run, tmp_path):
+    """The skill the method is about (issue 33): each RL family has its own weakness of the simulated
+    solver, seen only in the execution report (hljax/tasks/bottlenecks.py), and SFT chose fixes
+    without regard to it. The RL proposer must beat the same proposer shown an empty report on the
+    same questions: a proposer that ignores the report (or was trained on a constant one) cannot."""
+    run, _ = tiny_run
+    full = _single_step_mean(run, str(tmp_path / "full"), "full")
+    empty = _single_step_mean(run, str(tmp_path / "empty"), "empty")
+    print(f"RL proposer, single step on the RL families: report {full:.3f}, empty report {empty:.3f}")
+    assert full > empty + REPORT_MARGIN, (full, empty)
 
 
 @pytest.mark.slow

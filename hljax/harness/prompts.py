@@ -10,7 +10,7 @@ off, the prompt is the paper's, byte for byte.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from typing import Callable, Literal, Sequence
 
 from hljax.generate.types import Message
 from hljax.harness import contract, edits
@@ -21,6 +21,7 @@ SYSTEM_PROMPT = (
     "You improve agent harnesses: Python programs that solve tasks by calling a frozen solver LLM. "
     "You read a harness and what happened when it ran, then rewrite parts of it so that it scores higher."
 )
+EMPTY_REPORT = "(no report: the harness's run on feedback questions is not shown)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,8 +32,13 @@ class PromptConfig:
     report_max_tokens: int | None = None  # Also a token budget, when a tokenizer count is given.
     system_prompt: str = SYSTEM_PROMPT  # The proposer's system message ("": none).
     history: HistoryConfig = HistoryConfig()  # Earlier candidates of the run (off: the paper's prompt).
+    # "empty": the report section says only EMPTY_REPORT, whatever the harness did: an ablation that
+    # shows what a proposer makes of the task and the harness alone (bench/learning.py).
+    report: Literal["full", "empty"] = "full"
 
     def __post_init__(self):
+        if self.report not in ("full", "empty"):
+            raise ValueError(f"report must be 'full' or 'empty', got {self.report!r}")
         if self.report_max_chars < 200:
             raise ValueError(f"report_max_chars must be >= 200, got {self.report_max_chars}")
 
@@ -47,7 +53,7 @@ def user_prompt(
     history: Sequence[HistoryEntry] = (),
 ) -> str:
     """The user turn: task, contract, harness, report, (history,) then the answer format."""
-    rendered = report.render(
+    rendered = EMPTY_REPORT if config.report == "empty" else report.render(
         max_chars=config.report_max_chars, max_tokens=config.report_max_tokens, count_tokens=count_tokens
     )
     sections = [

@@ -29,7 +29,7 @@ SFT = (
     "complex_arithmetic",
 )  # fmt: skip
 
-RL = ("calendar_arithmetic", "gsm_symbolic", "number_filtering", "isomorphic_strings", "simple_equations")
+RL = ("calendar_arithmetic", "gsm_symbolic", "number_filtering", "count_primes", "simple_equations")
 
 HELDOUT = (
     # games: grid and board puzzles
@@ -68,6 +68,9 @@ EXCLUDED = {
     "polynomial_equations": "slow: about 13 ms per question; its scorer returns int 0 for wrong answers",
     "list_functions": "not reproducible: its generators draw from the global random module, not the seeded rng",
     "acre": "generates the whole pool up front: 5 s to build 20,000 questions",
+    "isomorphic_strings": "not reproducible across processes: its questions follow Python's hash randomisation",
+    "ransom_note": "not reproducible across processes: its questions follow Python's hash randomisation",
+    "word_ladder": "not reproducible across processes: its questions follow Python's hash randomisation",
 }
 
 # What each listed family's scorer does with the (untrusted) answer, read from reasoning-gym
@@ -105,7 +108,7 @@ SCORER_AUDIT = {
     "calendar_arithmetic": "strip/compare, int(answer) for counts; nothing evaluated",
     "gsm_symbolic": "regex for the first number, float(); nothing evaluated",
     "number_filtering": _EXACT,
-    "isomorphic_strings": _EXACT,
+    "count_primes": _EXACT,
     "simple_equations": _EXACT,
     # held out
     "maze": _EXACT,

@@ -1,0 +1,70 @@
+"""Harness variants and the fixes of the simulated solver's weaknesses, as edits (hljax/data/harness_fixes.py)."""
+
+import random
+
+import pytest
+
+from hljax.data import harness_fixes as hf
+from hljax.harness import contract, edits, seeds
+from hljax.loop.revision import candidate
+
+
+def test_the_default_variant_is_the_seed_harness_byte_for_byte():
+    assert hf.render(hf.Variant()) == seeds.load("reasoning")
+
+
+def test_every_fix_of_every_variant_applies_and_copies_its_span_from_that_harness():
+    rng = random.Random(0)
+    shapes = set()
+    for _ in range(300):
+        v = hf.random_variant(rng, max_fixes=4)
+        code = hf.render(v)
+        assert contract.check(code) is None, code
+        compile(code, "harness.py", "exec")
+        for kind in (k for k in hf.KINDS if k not in v.fixes):
+            completion = hf.fix_completion(v, kind)
+            parsed = edits.parse(completion)
+            span = "\n".join(parsed[0].search)
+            assert len(parsed) == 1 and span in code  # The span is the harness's own text.
+            result = candidate(code, completion)
+            assert isinstance(result, edits.Applied) and result.code == hf.render(v.with_fix(kind)), (code, completion)
+            shapes.add(span)
+    assert len(shapes) > 100  # Spans differ with the harness: no one SEARCH text serves them all.
+
+
+def test_a_fix_is_added_once_and_kinds_are_checked():
+    v = hf.Variant(fixes=("format",))
+    with pytest.raises(ValueError, match="already carries the format fix"):
+        v.with_fix("format")
+    with pytest.raises(ValueError, match="fixes must be distinct kinds"):
+        hf.Variant(fixes=("speed",))
+    with pytest.raises(ValueError, match="nothing to edit"):
+        hf.edit_between("x = 1\n", "x = 1\n")
+
+
+def test_the_seed_edits_read_as_written():
+    """The edit that adds the check to the seed harness, spelled out (an independent reference)."""
+    want = (
+        "Ask the solver to check its draft answer.\n\n"
+        "<<<<<<< SEARCH\n"
+        "    return solver.generate(question).strip()\n"
+        "=======\n"
+        "    draft = solver.generate(question)\n"
+        '    reply = solver.generate(question + "\\n\\nProposed answer: " + draft + "\\nIf it is wrong, give the '
+        'corrected answer in the same form; otherwise repeat it exactly.")\n'
+        "    return reply.strip()\n"
+        ">>>>>>> REPLACE\n"
+    )
+    assert hf.fix_completion(hf.Variant(), "careless") == want
+
+
+def test_the_quote_copies_the_first_answer_the_report_shows():
+    report = ("3 feedback questions: mean score 0.000; ...\n\n### Question 2: ok, score 0.00\nQuestion: What?\n"
+              "Reference answer: <answer>4</answer>\nHarness answer: Quick answer: <answer>5</answer> and more words here\n"
+              "### Question 1: ok, score 0.00\nHarness answer: The answer is 4.")
+    assert hf.quote(report) == "Harness answer: Quick answer: <answer>5</answer> and more words"
+    assert hf.quote("### Question 1: error, score n/a\nException: NameError: name 'x' is not defined") == \
+        "Exception: NameError: name 'x' is not defined"
+    completion = hf.fix_completion(hf.Variant(), "format", report)
+    assert completion.startswith("The report shows: Harness answer: Quick answer:")
+    assert isinstance(candidate(seeds.load("reasoning"), completion), edits.Applied)
