@@ -10,13 +10,15 @@ to two fixes; hljax/data/harness_fixes.py), run on the round's feedback question
 configs/tiny.py's solver (the simulated solver, a stand-in for an LLM) and prompt settings, and
 the edit that adds one fix to it, after a line quoting the first answer the report shows (a habit of
 reading, not a diagnosis). The fix is drawn uniformly among those the harness lacks, whatever the
-report shows: SFT teaches the edit format and the fixes, and any tie between a symptom in the
+report shows (in `--empty-report-share` of the rows the prompt shows no report at all): SFT
+teaches the edit format and the fixes, and any tie between a symptom in the
 report and its fix must be learnt by RL from the reward. Every edit copies its SEARCH lines from
 the harness in its own prompt, and applies to it (checked here). Rows are in the schema the teacher
 collector writes (hljax/rl/sft_data.py); `scores` is null because these edits were not scored.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -27,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import tiny  # noqa: E402
 from hljax.data import harness_fixes as hf  # noqa: E402
 from hljax.harness import edits  # noqa: E402
+from hljax.harness.prompts import EMPTY_REPORT  # noqa: E402
 from hljax.loop.revision import build_state, candidate  # noqa: E402
 from hljax.rl.run_config import RunConfig  # noqa: E402
 from hljax.tasks.reasoning_gym import FamilyLists, RGTaskConfig, family_tasks  # noqa: E402
@@ -42,6 +45,9 @@ def main():
     parser.add_argument("--seed-share", type=float, default=0.4, help="share of rows on the seed harness itself")
     parser.add_argument("--default-names-share", type=float, default=0.3,
                         help="share of rows on variants with the seed's names, docstring and layout")
+    parser.add_argument("--empty-report-share", type=float, default=0.1,
+                        help="share of rows whose prompt shows an empty report (prompt.report='empty'), so that "
+                        "bench/learning.py's ablation asks the proposer nothing it has not seen")
     parser.add_argument("--out", default="data/sft_tiny.jsonl")
     args = parser.parse_args()
     cfg = RunConfig.from_config(tiny.get_config())
@@ -63,7 +69,11 @@ def main():
                 kind = rng.choice([k for k in hf.KINDS if k not in variant.fixes])
                 harness = hf.render(variant)
                 state = build_state(pool, task, harness, r)
-                completion = hf.fix_completion(variant, kind, state.report.render(max_chars=cfg.prompt.report_max_chars))
+                prompt = cfg.prompt
+                if rng.random() < args.empty_report_share:
+                    prompt = dataclasses.replace(prompt, report="empty")
+                shown = EMPTY_REPORT if prompt.report == "empty" else state.report.render(max_chars=prompt.report_max_chars)
+                completion = hf.fix_completion(variant, kind, shown)
                 applied = candidate(harness, completion)
                 if not isinstance(applied, edits.Applied) or applied.code != hf.render(variant.with_fix(kind)):
                     raise AssertionError(f"the {kind} edit of {variant} does not apply as written: {applied}")
@@ -71,7 +81,7 @@ def main():
                     "id": f"tiny-{family}-{r}",
                     "task": task.name,
                     "harness": harness,
-                    "messages": state.messages(cfg.prompt),
+                    "messages": state.messages(prompt),
                     "completion": completion,
                     "scores": None,
                     "filters": {"valid_edit": True, "runs": None},

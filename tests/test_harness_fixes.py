@@ -60,9 +60,13 @@ def test_the_seed_edits_read_as_written():
 
 def test_the_quote_copies_the_first_answer_the_report_shows():
     report = ("3 feedback questions: mean score 0.000; ...\n\n### Question 2: ok, score 0.00\nQuestion: What?\n"
-              "Reference answer: <answer>4</answer>\nHarness answer: Quick answer: <answer>5</answer> and more words here\n"
+              "Reference answer: <answer>4</answer>\nHarness answer: Quick answer: <answer>5</answer>\n\n"
+              "P.S. An earlier draft said: <answer>6</answer>\nSolver calls: 1 (30 prompt + 9 completion tokens)\n\n"
               "### Question 1: ok, score 0.00\nHarness answer: The answer is 4.")
-    assert hf.quote(report) == "Harness answer: Quick answer: <answer>5</answer> and more words"
+    assert hf.quote(report) == ("Harness answer: Quick answer: <answer>5</answer> P.S. An earlier draft said: "
+                                "<answer>6</answer>")
+    long = "Harness answer: " + " ".join(f"w{i}" for i in range(20)) + "\nSolver calls: 1"
+    assert hf.quote(long) == "Harness answer: w0 w1 w2 w3 w4 w5 ... w14 w15 w16 w17 w18 w19"
     assert hf.quote("### Question 1: error, score n/a\nException: NameError: name 'x' is not defined") == \
         "Exception: NameError: name 'x' is not defined"
     completion = hf.fix_completion(hf.Variant(), "format", report)

@@ -80,10 +80,10 @@ def test_a_field_newer_than_the_run_counts_as_its_default(tmp_path):
 
 def test_more_sft_steps_are_refused_once_grpo_has_begun(tmp_path):
     _saved(tmp_path)
-    more = _train_cfg(tmp_path, sft__steps=200)
+    more = _train_cfg(tmp_path, sft__steps=250)
     preflight.check_train_rerun(more)  # No checkpoint yet: SFT simply goes on longer.
-    os.makedirs(tmp_path / "checkpoints" / "155")
-    with pytest.raises(ConfigError, match=r"sft\.steps 150 -> 200 would renumber"):
+    os.makedirs(tmp_path / "checkpoints" / "205")
+    with pytest.raises(ConfigError, match=r"sft\.steps 200 -> 250 would renumber"):
         preflight.check_train_rerun(more)
 
 

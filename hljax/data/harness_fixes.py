@@ -121,12 +121,28 @@ def edit_between(old: str, new: str) -> str:
 
 
 def quote(report: str, words: int = 6) -> str:
-    """The first words of the first answer (or exception) a rendered execution report shows."""
-    for line in report.splitlines():
+    """What the first answer (or exception) a rendered execution report shows starts and ends with:
+    its first and last `words` words, on one line."""
+    lines = report.splitlines()
+    for i, line in enumerate(lines):
         for head in ("Harness answer: ", "Exception: "):
             if line.startswith(head):
-                return " ".join(line.split(" ")[: words + len(head.split())])
+                body = [line[len(head):]]
+                for more in lines[i + 1:]:  # An answer runs on until the report's next field.
+                    if more.startswith(_FIELDS):
+                        break
+                    body.append(more)
+                said = " ".join(" ".join(body).split())
+                parts = said.split(" ")
+                if len(parts) > 2 * words:
+                    said = " ".join(parts[:words]) + " ... " + " ".join(parts[-words:])
+                return head + said
     return "no answers."
+
+
+# Lines that start a new field of a question in a rendered report (hljax/harness/report.py).
+_FIELDS = ("Exception: ", "Traceback", "What happened: ", "The answer could not be scored", "stdout (end):",
+           "stderr (end):", "Solver calls: ", "### Question", "[")
 
 
 def fix_completion(v: Variant, kind: str, report: str | None = None) -> str:

@@ -15,9 +15,8 @@ symptom in the reply and its own fix in the harness:
 - Accuracy: a base per reasoning-gym category (`base_accuracy`), shifted per question by a seeded
   difficulty. A question's draws are fixed per question (the same answer whatever the prompt's
   wording or the temperature), except on a `variance` family, where every sample at temperature > 0
-  is drawn afresh
-  (`guess_scale` of the accuracy, wrong answers spread over `guess_near_misses`): a majority vote of
-  samples at temperature > 0 helps there and nowhere else.
+  is drawn afresh (`guess_scale` of the accuracy, wrong answers spread over `guess_near_misses`): a
+  majority vote of samples at temperature > 0 helps there and nowhere else.
 - Format: the answer is written in the question's demanded format with probability `format_kept`;
   on a `format` family only `format_weak` unless the prompt insists on the format (`format_stressed`);
   `format_missing` when the demand was cut out of the prompt, `format_suppressed` when the prompt
@@ -238,17 +237,18 @@ class SimulatedSolver:
             content, wrong_k = entry.answer, -1
         else:
             content = _near_miss(entry.answer, wrong_k, qid)
-        p_format = self._p_format(entry, prompt, harness_text)
-        in_format = entry.format is not None and draw("format") < p_format
-        render = FORMATS[entry.format].render if entry.format is not None else (lambda x: x)
-        body = render(content) if in_format or entry.format is None else f"The answer is {content}."
+        # Outside the demanded format an answer is written as a sentence, which no format accepts.
+        sentence = entry.format is not None and draw("format") >= self._p_format(entry, prompt, harness_text)
+        write = (lambda x: f"The answer is {x}.") if sentence else (FORMATS[entry.format].render if entry.format
+                                                                     else (lambda x: x))
+        body = write(content)
         if "careless" in kinds and not checking:
             body = HASTY + body
         if "variance" in kinds:
             body = GUESS + body
         if "buried" in kinds and _unit(f"{self.seed}|note|{qid}") < b.note_rate:
             decoy = _near_miss(entry.answer, (wrong_k + 1) % max(n_wrong, 2), qid)
-            body += NOTE + (render(decoy) if in_format or entry.format is None else f"The answer is {decoy}.")
+            body += NOTE + write(decoy)
         if "truncation" in kinds or REASONING.search(harness_text):
             filler = (_FILLER * (1 + b.reasoning_tokens // 30))
             words = filler.split()[: b.reasoning_tokens]
@@ -256,9 +256,8 @@ class SimulatedSolver:
         return body
 
     def _p_format(self, entry: _Entry, prompt: str, harness_text: str) -> float:
+        """P(the reply is in the demanded format) for a question that demands one."""
         b = self.behaviour
-        if entry.format is None:
-            return 1.0
         demand = _demand_line(entry.question.text)
         if SUPPRESS.search(harness_text):
             return b.format_suppressed
