@@ -147,19 +147,22 @@ def fixed_edit_scores(cfg, path: str) -> dict[str, dict[str, float]]:
     return out
 
 
-def fixed_rows(scores: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    """The fixed-edit and oracle rows, per task, from `fixed_edit_scores`."""
+FIXED_ROWS = ("best fixed edit", "best fixed set of fixes", "per-family oracle: best single fix",
+              "per-family oracle: best set of fixes")
+
+
+def fixed_rows(scores: dict[str, dict[str, float]]) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
+    """The fixed-edit and oracle rows, per task, from `fixed_edit_scores`; and which fixes the two
+    fixed-edit rows apply."""
     tasks = list(scores["seed"])
     singles = [k for k in scores if k != "seed" and "+" not in k]
     mean = lambda k: statistics.fmean(scores[k][t] for t in tasks)  # noqa: E731
     best_single = max(singles, key=mean)
     best_set = max((k for k in scores if k != "seed"), key=mean)
-    return {
-        f"best fixed edit ({best_single})": scores[best_single],
-        f"best fixed set of fixes ({best_set})": scores[best_set],
-        "per-family oracle: best single fix": {t: max(scores[k][t] for k in singles) for t in tasks},
-        "per-family oracle: best set of fixes": {t: max(scores[k][t] for k in scores) for t in tasks},
-    }
+    rows = dict(zip(FIXED_ROWS, (scores[best_single], scores[best_set],
+                                 {t: max(scores[k][t] for k in singles) for t in tasks},
+                                 {t: max(scores[k][t] for k in scores) for t in tasks})))
+    return rows, {FIXED_ROWS[0]: best_single, FIXED_ROWS[1]: best_set}
 
 
 def grpo_rise(run_dir: str) -> tuple[float, float]:
@@ -237,6 +240,7 @@ def main():
     cells: dict = {}
     oracles: dict = {}
     fails: dict = {}
+    chosen: dict = {}  # (role, fixed row) -> the fixes it applied, per seed
     for seed in seeds:
         run_dir = runs[seed]
         for role in roles:
@@ -249,8 +253,11 @@ def main():
                 table["rl, empty report"] = ablation["rl"]
                 failures["rl, empty report"] = ablation_failures.get("rl", {})
                 if protocol == "single":
-                    fixed = fixed_rows(fixed_edit_scores(full, os.path.join(args.out, f"fixed-seed{seed}-{role}.json")))
+                    fixed, names = fixed_rows(fixed_edit_scores(full, os.path.join(args.out,
+                                                                                   f"fixed-seed{seed}-{role}.json")))
                     table.update({k: {t: (v, v) for t, v in d.items()} for k, d in fixed.items()})
+                    for k, name in names.items():
+                        chosen.setdefault((role, k), []).append(name)
                 for label, by_task in table.items():
                     for task, (m, o) in by_task.items():
                         cells.setdefault((role, protocol), {}).setdefault(label, {}).setdefault(task, []).append(m)
@@ -294,6 +301,8 @@ def main():
             rounds = headline(role, "rounds", label) if label in ("seed",) or proposer else []
             lines.append(f"| {ROLES[role]} | {label} | {spread(headline(role, 'single', label))} | "
                          f"{spread(best_of(role, label)) if proposer else '–'} | {spread(rounds)} |")
+    lines += ["", "The fixed-edit rows apply, per seed: " + "; ".join(
+        f"{ROLES[role]}, {k}: {', '.join(v)}" for (role, k), v in chosen.items()) + "."]
     lines += ["", "Proposals whose edit did not apply, per round of the 5-round runs (all seeds; "
               "SpanNotFound counted on revised harnesses, i.e. rounds whose parent is not the seed):", ""]
     for (role, label), per_round in sorted(fails.items()):

@@ -66,9 +66,10 @@ def test_grpo_raises_the_candidates_score(tiny_run):
     q = len(scores) // 4
     first, last = sum(scores[:q]) / q, sum(scores[-q:]) / q
     print(f"GRPO candidate score: first quarter {first:.3f}, last quarter {last:.3f}: {scores}")
-    # Noise between quarter means of a run that does not learn is about 0.03 (5 steps x 20 candidates);
-    # the 3 seeds of the tiny default rose by 0.14-0.19.
-    assert last > first + 0.08, scores
+    # In the world of per-family weaknesses (issue 33) a run that does not learn (seed 0's SFT proposer,
+    # GRPO at learning rate 0) moved by -0.026, its steps' scores spread by 0.030 (so quarter means by
+    # about 0.019); the 3 seeds of the tiny default rose by 0.097, 0.046 and 0.084 (docs/benchmarks.md).
+    assert last > first + 0.04, scores
 
 
 def _single_step_mean(run, out, report):
