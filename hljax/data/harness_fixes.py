@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 
 from hljax.harness import edits
 from hljax.tasks.bottlenecks import KINDS
@@ -129,7 +130,7 @@ def quote(report: str, words: int = 6) -> str:
             if line.startswith(head):
                 body = [line[len(head):]]
                 for more in lines[i + 1:]:  # An answer runs on until the report's next field.
-                    if more.startswith(_FIELDS):
+                    if more.startswith(_FIELDS) or _MARKER.match(more):
                         break
                     body.append(more)
                 said = " ".join(" ".join(body).split())
@@ -142,7 +143,8 @@ def quote(report: str, words: int = 6) -> str:
 
 # Lines that start a new field of a question in a rendered report (hljax/harness/report.py).
 _FIELDS = ("Exception: ", "Traceback", "What happened: ", "The answer could not be scored", "stdout (end):",
-           "stderr (end):", "Solver calls: ", "### Question", "[")
+           "stderr (end):", "Solver calls: ", "### Question")
+_MARKER = re.compile(r"\[(\d+ more questions not shown|report cut to fit)\]")
 
 
 def fix_completion(v: Variant, kind: str, report: str | None = None) -> str:
