@@ -92,15 +92,13 @@ def evaluate(cfg) -> tuple[dict, dict]:
     from hljax.loop import evaluate as ev
     from hljax.loop import records as rec
 
-    done = os.path.join(cfg.run_dir, "results.csv")
-    if not os.path.exists(done):
+    from hljax.tasks.suite import build_tasks
+
+    if not os.path.exists(os.path.join(cfg.run_dir, "results.csv")):
         ev.run(cfg)
     rows: dict[str, dict[str, tuple[float, float]]] = {}
-    with open(done) as f:
-        header = f.readline().strip().split(",")
-        for line in f:
-            r = dict(zip(header, line.strip().split(",")))
-            rows.setdefault(r["proposer"], {})[r["task"]] = (float(r["mean"]), float(r["oracle"]))
+    for r in ev.collect_results(cfg, build_tasks(cfg.tasks, cfg.seed)):
+        rows.setdefault(r.label, {})[r.task] = (r.mean, r.oracle)
     failures = {}
     if cfg.evaluation.protocol == "rounds":
         for entry in cfg.proposers:
@@ -236,9 +234,8 @@ def main():
         walls.append(seconds)
         print(f"seed {seed}: tiny default {'reused' if seconds is None else f'{seconds / 60:.1f} min'}; "
               f"GRPO score/mean first quarter {rises[-1][0]:.3f} -> last quarter {rises[-1][1]:.3f}", flush=True)
-    # (role, protocol) -> row -> task -> [per seed]; a row's headline is its mean over tasks.
+    # (role, protocol, "mean" | "oracle") -> row -> task -> [per seed]; a row's headline is its mean over tasks.
     cells: dict = {}
-    oracles: dict = {}
     fails: dict = {}
     chosen: dict = {}  # (role, fixed row) -> the fixes it applied, per seed
     for seed in seeds:
@@ -259,9 +256,10 @@ def main():
                     for k, name in names.items():
                         chosen.setdefault((role, k), []).append(name)
                 for label, by_task in table.items():
-                    for task, (m, o) in by_task.items():
-                        cells.setdefault((role, protocol), {}).setdefault(label, {}).setdefault(task, []).append(m)
-                        oracles.setdefault((role, protocol), {}).setdefault(label, []).append(o)
+                    for task, pair in by_task.items():
+                        for field, value in zip(("mean", "oracle"), pair):
+                            cells.setdefault((role, protocol, field), {}).setdefault(label, {}).setdefault(
+                                task, []).append(value)
                 for label, per_round in failures.items():
                     for r, c in per_round.items():
                         acc = fails.setdefault((role, label), {}).setdefault(r, dict.fromkeys(c, 0))
@@ -271,17 +269,12 @@ def main():
                     f"{k} {statistics.fmean(m for m, _ in v.values()):.3f}" for k, v in table.items()), flush=True)
     minutes = (time.time() - t0) / 60
 
-    def headline(role, protocol, label):
+    def headline(role, protocol, label, field="mean"):
         """Per seed: the mean over tasks."""
-        by_task = cells.get((role, protocol), {}).get(label)
+        by_task = cells.get((role, protocol, field), {}).get(label)
         if not by_task:
             return []
         return [statistics.fmean(v[i] for v in by_task.values()) for i in range(len(seeds))]
-
-    def best_of(role, label):
-        o = oracles.get((role, "single"), {}).get(label, [])
-        n = len(o) // len(seeds) if o else 0
-        return [statistics.fmean(o[i * n:(i + 1) * n]) for i in range(len(seeds))] if n else []
 
     lines = [
         f"Measured with the **simulated solver** (hljax/tasks/simulated_solver.py, a stand-in for an LLM on CPU; "
@@ -295,12 +288,12 @@ def main():
         "|---|---|---|---|---|",
     ]
     for role in roles:
-        labels = list(cells.get((role, "single"), {}))
+        labels = list(cells.get((role, "single", "mean"), {}))
         for label in labels:
             proposer = label in ("base", "rl", "rl, empty report")
             rounds = headline(role, "rounds", label) if label in ("seed",) or proposer else []
             lines.append(f"| {ROLES[role]} | {label} | {spread(headline(role, 'single', label))} | "
-                         f"{spread(best_of(role, label)) if proposer else '–'} | {spread(rounds)} |")
+                         f"{spread(headline(role, 'single', label, 'oracle')) if proposer else '–'} | {spread(rounds)} |")
     lines += ["", "The fixed-edit rows apply, per seed: " + "; ".join(
         f"{ROLES[role]}, {k}: {', '.join(v)}" for (role, k), v in chosen.items()) + "."]
     lines += ["", "Proposals whose edit did not apply, per round of the 5-round runs (all seeds; "
@@ -320,7 +313,7 @@ def main():
               + ", ".join("reused" if w is None else f"{w / 60:.1f} min" for w in walls) + "."]
     table = "\n".join(lines)
     print("\n" + table)
-    per_task = {role: {label: by_task for label, by_task in cells.get((role, "single"), {}).items()} for role in roles}
+    per_task = {role: cells.get((role, "single", "mean"), {}) for role in roles}
     with open(os.path.join(args.out, "per_task.json"), "w") as f:
         json.dump(per_task, f, indent=1)
     if args.write:

@@ -1,7 +1,8 @@
 """The embedded default: a tiny Qwen3 (random init, bundled tokenizer) learns the edit format by SFT
 on generated revisions of many harness shapes (data/sft_tiny.jsonl, scripts/make_sft_tiny.py: each
 adds one fix of the simulated solver's weaknesses, drawn uniformly whatever the report shows), then
-GRPO on the 5 RL families (one weakness each, hljax/tasks/bottlenecks.py) rewards the fix that helps: our JAX engine is the proposer server, the solver is
+GRPO on the 5 RL families (one weakness each, hljax/tasks/bottlenecks.py) rewards the fix that
+helps: our JAX engine is the proposer server, the solver is
 the simulated one (a stand-in for an LLM on CPU, hljax/tasks/simulated_solver.py), candidates are
 scored in the sandbox; checkpoints and an HF export. Under 10 minutes on 2 CPU cores.
 

@@ -118,15 +118,13 @@ def world():
         yield tasks, pool
 
 
-def _scores(world, kind, fix_sets):
-    """Mean reasoning-gym score of the seed harness with each set of fixes, on `kind`'s family."""
+def _scores(pool, task, fix_sets, n=48):
+    """Mean reasoning-gym score of the seed harness with each set of fixes, on `n` scoring questions."""
     from hljax.data import harness_fixes as hf
     from hljax.tasks.jobs import run_codes
 
-    tasks, pool = world
-    task = tasks[kind]
     codes = [hf.render(hf.Variant(fixes=tuple(s), inline=not s)) for s in fix_sets]
-    results = run_codes(pool, task, codes, task.take("scoring", 48))
+    results = run_codes(pool, task, codes, task.take("scoring", n))
     return [statistics.fmean(r.score or 0.0 for r in rs) for rs in results]
 
 
@@ -152,7 +150,8 @@ def test_each_fix_mends_its_own_weakness_and_no_other(world, kind):
     """On each family the fix of its weakness raises the seed harness's score by far more than any
     other fix; the other fixes leave it about where it was, or lower it (what they cost)."""
     kinds = sorted(SYMPTOMS)
-    seed, *fixed = _scores(world, kind, [()] + [(k,) for k in kinds])
+    tasks, pool = world
+    seed, *fixed = _scores(pool, tasks[kind], [()] + [(k,) for k in kinds])
     gain = dict(zip(kinds, (f - seed for f in fixed)))
     # number_filtering's scorer gives partial credit when the reference is inside the answer, so the
     # buried note costs it less than a whole question: its fix gains least.
@@ -163,8 +162,9 @@ def test_each_fix_mends_its_own_weakness_and_no_other(world, kind):
 def test_fixes_cost_something_where_they_are_not_needed(world):
     """On a family without weaknesses: voting at temperature 1 (sampled_penalty) and a check of a
     proposed answer (second_guess_rate) lose right answers; the other fixes change nothing."""
+    tasks, pool = world
     seed, fmt, trunc, careless, variance, buried = _scores(
-        world, "none", [(), ("format",), ("truncation",), ("careless",), ("variance",), ("buried",)])
+        pool, tasks["none"], [(), ("format",), ("truncation",), ("careless",), ("variance",), ("buried",)])
     assert careless < seed - 0.05 and variance < seed - 0.05, (seed, careless, variance)
     assert fmt == trunc == buried == seed
 
@@ -172,16 +172,11 @@ def test_fixes_cost_something_where_they_are_not_needed(world):
 def test_two_weaknesses_need_both_fixes(world):
     """A family with two weaknesses (held-out knights_knaves: truncation and careless) gains little
     from either fix alone and most from both."""
-    from hljax.data import harness_fixes as hf
-    from hljax.tasks.jobs import run_codes
-
     _, pool = world
     task = ReasoningGymTask(RGTaskConfig(family="knights_knaves", pool_size=2000, splits=SplitConfig(
         seed=0, feedback_size=3, scoring_size=32, eval_size=4)))
-    sets = [(), ("truncation",), ("careless",), ("truncation", "careless")]
-    codes = [hf.render(hf.Variant(fixes=s, inline=not s)) for s in sets]
-    seed, trunc, careless, both = [statistics.fmean(r.score or 0.0 for r in rs)
-                                   for rs in run_codes(pool, task, codes, task.take("scoring", 32))]
+    seed, trunc, careless, both = _scores(pool, task, [(), ("truncation",), ("careless",), ("truncation", "careless")],
+                                          n=32)
     assert both > max(seed, trunc, careless) + 0.2, (seed, trunc, careless, both)
 
 

@@ -5,8 +5,9 @@ A `Variant` is a harness: its names, docstring, comment and the fixes it already
 by `render`. `fix_completion(variant, kind, report)` is the proposer answer that adds fix `kind` to
 it: a line quoting the first answer the execution report shows (what the fix should be chosen on,
 copied, not interpreted), a note, then one edit block whose SEARCH lines are copied from that
-variant's own text (the smallest run of changed lines, widened until it is unique). Used for the SFT data of the tiny default
-(scripts/make_sft_tiny.py), the fixed-edit and oracle rows of bench/learning.py, and tests.
+variant's own text (the smallest run of changed lines, widened until it is unique). Used for the
+SFT data of the tiny default (scripts/make_sft_tiny.py), the fixed-edit and oracle rows of
+bench/learning.py, and tests.
 """
 
 from __future__ import annotations
