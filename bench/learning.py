@@ -123,8 +123,7 @@ def fixed_edit_scores(cfg, path: str) -> dict[str, dict[str, float]]:
         with open(path) as f:
             return json.load(f)
     from hljax.data import harness_fixes as hf
-    from hljax.loop.evaluate import solver_spec
-    from hljax.generate.endpoints import Endpoint
+    from hljax.endpoints import Endpoint, solver_spec
     from hljax import sharding as shd
     from hljax.tasks.jobs import run_codes
     from hljax.tasks.suite import build_tasks
@@ -133,7 +132,7 @@ def fixed_edit_scores(cfg, path: str) -> dict[str, dict[str, float]]:
     sets = [c for n in range(len(hf.KINDS) + 1) for c in itertools.combinations(hf.KINDS, n)]
     codes = [hf.render(hf.Variant(fixes=s, inline=not s)) for s in sets]
     out: dict[str, dict[str, float]] = {"+".join(s) or "seed": {} for s in sets}
-    with Endpoint(solver_spec(cfg), shd.make_mesh(cfg.mesh), name="solver") as solver, \
+    with Endpoint(solver_spec(cfg.solver, cfg.solver_path, cfg.seed), shd.make_mesh(cfg.mesh), name="solver") as solver, \
             SandboxPool(cfg.sandbox, solver.generator, cfg.solver.budget) as pool:
         for task in build_tasks(cfg.tasks, cfg.seed):
             results = run_codes(pool, task, codes, task.take("eval", cfg.evaluation.eval_questions))

@@ -33,7 +33,7 @@ from hljax import sharding as shd  # noqa: E402
 from hljax.checkpoint import hf  # noqa: E402
 from hljax.generate.engine import Engine, EngineConfig  # noqa: E402
 from hljax.generate.local import expand  # noqa: E402
-from hljax.generate.scheduler import Batcher  # noqa: E402
+from hljax.generate.batcher import Batcher  # noqa: E402
 from hljax.generate.types import SamplingParams  # noqa: E402
 
 

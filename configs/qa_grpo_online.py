@@ -2,7 +2,7 @@
 SFT). configs/qa_grpo.py with live revision chains: each of the 8 prompt slots revises the harness
 its chain reached, moves to its best candidate after every step (`BestOfG`, even when worse, as at
 test time) and restarts from the seed after 10 revisions, the length of the paper's QA test-time runs
-(hljax/loop/states.py). Each (step, slot) reads fresh feedback questions for its report. Thinking
+(hljax/rl/states.py). Each (step, slot) reads fresh feedback questions for its report. Thinking
 mode is off for proposer and solver.
 
     python -m sglang.launch_server --model-path /models/Qwen3-4B --port 30000   # proposer (weights synced)

@@ -28,6 +28,7 @@ def get_config():
     c.model.preset = ""
     c.model.dtype = "bfloat16"
     c.model.param_dtype = "float32"
+    c.rollout.dtype = "bfloat16"  # The rollout server samples in the dtype the trainer scores in.
     c.model.remat = True
     c.model.enable_thinking = False
     c.optim.learning_rate = 1e-6

@@ -2,7 +2,7 @@
 continuing from the single-step RL checkpoint). Starts from configs/rg_grpo.py's export and keeps its
 setup; at the start of each 50-step phase the current proposer runs 4 revision rounds of 4 proposals
 per RL family (`BestOfG`), and the harnesses it reaches join the state pool beside the seeds
-(hljax/loop/states.py). Refresh proposals sample as the training ones do: states.max_new_tokens,
+(hljax/rl/states.py). Refresh proposals sample as the training ones do: states.max_new_tokens,
 temperature, top_p and top_k are unset, so they follow grpo's (4,096 tokens, temperature 1). A
 refresh costs 5 x 4 x (16 + 4 x 16) harness runs, under one training step's scoring (16 x 8 x 16).
 Thinking mode is off for proposer and solver.

@@ -17,15 +17,12 @@ import json
 import os
 import types
 import typing
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import ml_collections
 
 from hljax.generate.types import SamplingParams
 from sandbox.config import SandboxConfig, SolverConfig
-
-if TYPE_CHECKING:
-    from hljax.generate.endpoints import GeneratorSpec
 
 # Field metadata. FLAT: the nested dataclass's keys (all the way down) sit in its parent's block,
 # e.g. the solver's budget and sampling keys in `solver`. DERIVED: set by the code, not by a config
@@ -186,17 +183,26 @@ RUN_SOLVER_BUDGET = SolverConfig(sampling=SamplingParams(max_new_tokens=256, tem
 
 
 @dataclasses.dataclass(frozen=True)
+class ServingSpec:
+    """How an embedded engine serves a model (hljax/endpoints.py). In a config its keys sit in the block
+    of the model served (`--config.solver.max_batch`, `--config.proposer.dtype`)."""
+
+    max_batch: int = 16  # Sequences decoded together.
+    max_seq_len: int = 4096  # KV-cache length per sequence; longer requests are refused.
+    dtype: Literal["float32", "bfloat16"] = "float32"  # Compute dtype.
+
+
+@dataclasses.dataclass(frozen=True)
 class SolverSpec:
-    """The frozen solver. In a config its budget and sampling keys sit in the `solver` block itself
-    (`--config.solver.max_calls`, `--config.solver.temperature`)."""
+    """The frozen solver. In a config its serving, budget and sampling keys sit in the `solver` block
+    itself (`--config.solver.max_batch`, `--config.solver.max_calls`, `--config.solver.temperature`)."""
 
     # embedded: in-process JAX engine (frozen). sglang: a server at `url`. simulated: the CPU stand-in
     # for an LLM (hljax/tasks/simulated_solver.py); it takes no path or url.
     backend: Literal["embedded", "sglang", "simulated"] = "embedded"
     path: str = ""  # HF folder of the solver; "" = the proposer's initial weights.
     url: str = ""  # SGLang server(s) of the solver (backend sglang).
-    max_batch: int = 16  # Embedded solver: sequences decoded together.
-    max_seq_len: int = 4096  # Embedded solver: KV-cache length per sequence.
+    serving: ServingSpec = dataclasses.field(default=ServingSpec(), metadata={FLAT: True})  # Embedded solver:
     budget: SolverConfig = dataclasses.field(default=RUN_SOLVER_BUDGET, metadata={FLAT: True})
 
     def __post_init__(self):
@@ -208,18 +214,6 @@ class SolverSpec:
     @property
     def simulated(self) -> bool:
         return self.backend == "simulated"
-
-    def generator_spec(self, default_path: str, seed: int) -> GeneratorSpec:
-        """How to open this solver; `default_path` serves an embedded solver when `path` is ""."""
-        # Imported here: the endpoints load JAX and transformers, which a config file needs neither of.
-        from hljax.generate.endpoints import GeneratorSpec
-
-        if self.backend == "simulated":
-            return GeneratorSpec("simulated", seed=seed)
-        if self.backend == "sglang":
-            return GeneratorSpec("sglang", self.path, url=self.url)
-        return GeneratorSpec("embedded", self.path or default_path, max_batch=self.max_batch,
-                             max_seq_len=self.max_seq_len)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -372,6 +366,11 @@ def _default_json(cls) -> dict:
     return out
 
 
+def _flat_children_keys(cls) -> set[str]:
+    hints = typing.get_type_hints(cls)
+    return {k for f in dataclasses.fields(cls) if f.metadata.get(FLAT) for k in _flat_keys(hints[f.name])}
+
+
 def _flatten(cls, d: dict, prefix: str = "", flat: bool = False) -> dict:
     """A `to_json` dict -> {`--config.` key: value}; FLAT blocks' keys sit in their parent's block."""
     out = {}
@@ -382,6 +381,6 @@ def _flatten(cls, d: dict, prefix: str = "", flat: bool = False) -> dict:
         if isinstance(v, dict) and hint is not None and dataclasses.is_dataclass(hint):
             inner = flat or bool(fields[k].metadata.get(FLAT))
             out.update(_flatten(hint, v, prefix if inner else f"{prefix}{k}.", inner))
-        elif k in fields or not fields:
+        elif k in fields or not fields or k in _flat_children_keys(cls):  # A key saved before its block nested.
             out[f"{prefix}{k}"] = v
     return out

@@ -63,7 +63,13 @@ def rows(cls, prefix: str = "", flat: bool = False) -> list[tuple[str, str, str,
         if dataclasses.is_dataclass(hint):
             nested_flat = flat or f.metadata.get(hc.FLAT, False)
             sub_prefix = prefix if nested_flat else f"{prefix}{f.name}."
+            # A flat block's keys read as its parent's: the parent's comment says what they are for.
+            context = docs.get(f.name, "") if f.metadata.get(hc.FLAT) else ""
             for key, kind, default, doc in rows(hint, sub_prefix, nested_flat):
+                if context and doc:
+                    doc = f"{context} {doc[0].lower() + doc[1:] if context.endswith(':') else doc}"
+                else:
+                    doc = context or doc
                 out.append((key, kind, _nested_default(cls, f, key, sub_prefix, default), doc))
             continue
         value = defaults[f.name] if f.name in defaults else None

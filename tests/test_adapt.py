@@ -158,8 +158,8 @@ def test_a_stop_signal_ends_the_run_after_the_round_under_way(task, pool, tmp_pa
 def test_the_proposers_thinking_mode_reaches_its_chat_template(task, pool, tmp_path):
     _, off = _run(task, pool, tmp_path / "off", stop_after=1)
     proposer = ScriptedProposer(task.name, 0, CFG.rounds)
-    run_adaptation(task, seeds.load("reasoning"), proposer, pool, dataclasses.replace(CFG, enable_thinking=True),
-                   rec.RunStore(str(tmp_path / "on")), seed=0, stop_after=1)
+    run_adaptation(task, seeds.load("reasoning"), proposer, pool, CFG, rec.RunStore(str(tmp_path / "on")), seed=0,
+                   stop_after=1, enable_thinking=True)
     assert (off.thinking, proposer.thinking) == ({False}, {True})
 
 

@@ -144,8 +144,8 @@ def test_run_defaults_that_differ_from_a_components_own():
     assert cfg.loss.std_ddof == 1  # torch.std's sample std, as TRL 1.16, verl and Tunix.
     assert (cfg.loss.tis_cap, cfg.loss.zero_variance_groups, cfg.grpo.mu) == (None, "keep", 1)
     # The refresh follows the training proposals' sampling unless a config sets it.
-    states = cfg.states
-    assert (states.max_new_tokens, states.temperature, states.top_p, states.top_k) == (256, 1.0, 1.0, -1)
+    r = cfg.states.refresh
+    assert (r.max_new_tokens, r.temperature, r.top_p, r.top_k) == (256, 1.0, 1.0, -1)
 
 
 def test_derived_fields_are_not_config_keys():
@@ -202,3 +202,79 @@ def test_docs_configs_md_is_current_and_documents_every_key():
         assert f.read() == config_docs.markdown(), "docs/configs.md is stale: python -m launch.config_docs > docs/configs.md"
     undocumented = [line for line in config_docs.markdown().splitlines() if line.endswith("|  |")]
     assert not undocumented, undocumented
+
+
+# A setting's default is stated once: a name declared by two config classes with different defaults
+# is refused, unless it names a different setting in each (listed here with why), or the class only
+# follows another block (SamplingOverride: None = the followed block's value).
+DIFFERENT_SETTINGS = {
+    "backend": "what serves the solver, the rollouts, the teacher: each has its own backends",
+    "data": "the mesh's data axis (devices); the SFT data file",
+    "dtype": "a model's, a server's compute dtype; an export's ('' = the checkpoint's)",
+    "max_len": "an SFT row's, a GRPO rollout's token bucket",
+    "max_tokens": "a job's solver token budget; a history's token budget; the loss's length normaliser",
+    "mode": "a run's stages, where GRPO's states come from, how history is shown",
+    "proposals": "candidates per state refresh round, per adaptation round, per collected state",
+    "rounds": "state refresh rounds, adaptation rounds, collection rounds: runs of different sizes",
+    "run_dir": "where a training, an evaluation, a collection writes",
+    "scoring_questions": "questions per candidate in a refresh, a GRPO step, an adaptation, a collection",
+    "seed": "a run's root seed; a request's sampling seed (None: drawn)",
+    "timeout_s": "a sandbox job's time limit; a teacher HTTP request's",
+}
+FOLLOWERS = ("SamplingOverride",)
+
+
+def _config_classes() -> list[type]:
+    seen: dict[type, None] = {}
+
+    def walk(cls):
+        if cls in seen:
+            return
+        seen[cls] = None
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            for t in (hints[f.name], *typing.get_args(hints[f.name])):
+                if dataclasses.is_dataclass(t):
+                    walk(t)
+
+    for cls in SCHEMA.values():
+        walk(cls)
+    return list(seen)
+
+
+def _declared_settings() -> dict[str, dict[str, object]]:
+    """Setting name -> {class: default} over every config class (blocks and derived fields left out)."""
+    out: dict[str, dict[str, object]] = {}
+    for cls in _config_classes():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.metadata.get(hc.DERIVED) or dataclasses.is_dataclass(hints[f.name]):
+                continue
+            if cls.__name__ in FOLLOWERS and f.default is None:
+                continue
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                continue  # A required field (ProposerEntry.label) has no default to disagree on.
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            out.setdefault(f.name, {})[cls.__qualname__] = default
+    return out
+
+
+def test_each_setting_has_one_default():
+    declared = _declared_settings()
+    differing = {name: by_class for name, by_class in declared.items()
+                 if len(by_class) > 1 and len({repr(v) for v in by_class.values()}) > 1}
+    assert sorted(set(differing) - set(DIFFERENT_SETTINGS)) == [], (
+        f"declared with different defaults in several config classes: "
+        f"{ {k: differing[k] for k in set(differing) - set(DIFFERENT_SETTINGS)} }; nest one shared block "
+        "(like generate.types.Sampling) or, if each is another setting, say why in DIFFERENT_SETTINGS")
+    assert sorted(set(DIFFERENT_SETTINGS) - set(differing)) == [], "stale DIFFERENT_SETTINGS entries"
+
+
+def test_the_sampling_settings_are_declared_in_one_block():
+    from hljax.generate.types import Sampling, SamplingParams
+
+    declared = _declared_settings()
+    for name in ("max_new_tokens", "temperature", "top_p", "top_k"):
+        # SamplingParams, a request's knobs, takes its defaults from Sampling (types.py).
+        assert set(declared[name]) == {"Sampling", "SamplingParams"}, name
+        assert getattr(SamplingParams(), name) == getattr(Sampling(), name)

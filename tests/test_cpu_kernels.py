@@ -9,7 +9,8 @@ import transformers
 
 from hljax import sharding as shd
 from hljax.checkpoint import hf
-from hljax.generate.engine import Engine, EngineConfig, Request, _decode_chunk
+from hljax.generate.engine import Engine, EngineConfig, Request
+from hljax.generate.steps import decode_chunk
 from hljax.generate.types import SamplingParams
 from hljax.kernels import cpu_decode
 from hljax.mesh import MeshConfig
@@ -241,13 +242,13 @@ def test_take_rows_equals_numpy_indexing(dtype):
 def test_bf16_engine_programs_hold_no_table_or_cache_sized_temporaries(tiny_untied, monkeypatch):
     """XLA:CPU's bf16 gather and its row copies made temporaries the size of the embedding table (every
     decode chunk) and of R prefilled caches (every admission); the kernels read and write in place."""
-    from hljax.generate import engine as eng
+    from hljax.generate import steps as eng
 
     mesh = shd.single_device_mesh()
     engine = Engine(hf.load_hf(tiny_untied, mesh, dtype=jnp.bfloat16), mesh,
                     EngineConfig(max_batch=8, max_seq_len=128, cpu_kernels="on"))
     compiled = {}
-    for name in ("_insert", "_decode_chunk"):
+    for name in ("insert", "decode_chunk"):
         def spy(*args, fn=getattr(eng, name), name=name):
             compiled[name] = fn.lower(*args).compile()
             return fn(*args)
@@ -257,13 +258,13 @@ def test_bf16_engine_programs_hold_no_table_or_cache_sized_temporaries(tiny_unti
     cfg = engine.model_config
     table = cfg.vocab_size * cfg.hidden_size * 2
     cache = 2 * cfg.num_layers * 8 * cfg.num_kv_heads * 32 * cfg.head_dim * 2  # 8 rows of 32 slots.
-    assert set(compiled) == {"_insert", "_decode_chunk"}
+    assert set(compiled) == {"insert", "decode_chunk"}
     for name, c in compiled.items():
         # What is left is the sampler's few [B, V] fp32 arrays.
         assert c.memory_analysis().temp_size_in_bytes < min(table, cache), name
         text = c.as_text()
-        assert ("hljax_copy_rows" in text) == (name == "_insert")
-        assert ("hljax_take_rows" in text) == (name == "_decode_chunk")
+        assert ("hljax_copy_rows" in text) == (name == "insert")
+        assert ("hljax_take_rows" in text) == (name == "decode_chunk")
 
 
 @needs_kernels
@@ -273,7 +274,7 @@ def test_decode_program_calls_the_kernels_only_when_on(untied_engines):
     for engine, want in ((on, True), (off, False)):
         graphdef, params = engine._graphdef, engine._params
         assert bool(engine.kernels) == want
-        text = _decode_chunk.lower(graphdef, params, engine.kernels, _state(engine), 4).as_text()
+        text = decode_chunk.lower(graphdef, params, engine.kernels, _state(engine), 4).as_text()
         assert ("hljax_matmul_packed" in text) == want
         assert ("hljax_decode_attention" in text) == want
         assert ("hljax_kv_write" in text) == want
@@ -293,7 +294,7 @@ def test_kernel_engine_holds_one_copy_of_the_weights(untied_engines):
 
 def _state(engine):
     """A DecodeState for one 3-token prompt, built the way the engine builds it."""
-    from hljax.generate import engine as eng
+    from hljax.generate import steps as eng
 
     B, M, S = 1, 16, 32
     st = eng.empty_state(engine.model_config, B, S, M, engine.config.max_stop_ids)
@@ -361,3 +362,16 @@ def test_dense_without_packing_is_the_plain_matmul():
     y = dense.dense(x, w)
     assert y.shape == (5, 1, 4)
     np.testing.assert_allclose(np.asarray(y), np.ones((5, 1, 6)) @ np.arange(24.0).reshape(6, 4))
+
+
+def test_the_build_cache_key_changes_with_whatever_changes_the_build():
+    """An upgrade of jaxlib or the compiler, or other flags, must not load a library built before it."""
+    base = dict(source=b"int f();", flags=["-O3", "-mavx2"], compiler="/usr/bin/g++ g++ 12.2.0",
+                jaxlib_version="0.10.2", include_dir="/venv/jaxlib/include")
+    key = cpu_decode.build_key(**base)
+    assert cpu_decode.build_key(**base) == key
+    for field, other in [("source", b"int g();"), ("flags", ["-O2", "-mavx2"]), ("compiler", "/usr/bin/g++ g++ 13.1.0"),
+                         ("jaxlib_version", "0.10.3"), ("include_dir", "/other/include")]:
+        assert cpu_decode.build_key(**{**base, field: other}) != key, field
+    # Joined with separators: moving a character from one part to the next is another key.
+    assert cpu_decode.build_key(**{**base, "flags": ["-O3 -mavx2"]}) != key

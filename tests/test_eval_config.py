@@ -42,10 +42,11 @@ def test_the_proposers_thinking_mode_is_one_setting():
     c = adapt_rg.get_config()
     c.proposers = ("rl=/models/rl",)
     c.solver.path = "/models/solver"
-    assert EvalRunConfig.from_config(c).adapt_config().enable_thinking is False
+    assert EvalRunConfig.from_config(c).proposer.enable_thinking is False
     c.proposer.enable_thinking = True
     cfg = EvalRunConfig.from_config(c)
-    assert cfg.adapt_config().enable_thinking is True and cfg.adapt_config().max_new_tokens == 4096
+    assert cfg.proposer.enable_thinking is True and cfg.adapt.sampling.max_new_tokens == 4096
+    assert "enable_thinking" not in c.adapt  # One setting: the adapt block has none of its own.
 
 
 def test_typo_and_bad_values_name_the_key():

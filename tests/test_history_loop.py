@@ -14,7 +14,8 @@ from hljax.loop import records as rec
 from hljax.loop.adapt import run_adaptation
 from hljax.loop.revision import candidate
 from hljax.loop.rewards import Outcome, failure_kind
-from hljax.loop.states import StatePool, StatesSpec
+from hljax.generate.types import SamplingOverride
+from hljax.rl.states import StatePool, StatesSpec
 from hljax.tasks.reasoning_gym import ReasoningGymTask, RGTaskConfig
 from hljax.tasks.suite import split_config
 from sandbox.isolation import bwrap_path as _bwrap_path
@@ -92,8 +93,8 @@ def tasks():
 
 
 def test_offline_members_carry_the_history_of_their_refresh_run(tasks, pool, tmp_path):
-    spec = StatesSpec(mode="offline", refresh_every=3, rounds=2, proposals=2, scoring_questions=3, max_new_tokens=64,
-                      temperature=0.5, top_p=0.9, top_k=7)
+    spec = StatesSpec(mode="offline", refresh_every=3, rounds=2, proposals=2, scoring_questions=3,
+                      refresh=SamplingOverride(max_new_tokens=64, temperature=0.5, top_p=0.9, top_k=7))
     states = StatePool(spec, tasks, SEED, pool, state_rounds=2, directory=str(tmp_path), prompt=ON)
     entries = states.refresh(0, StatesProposer())
     made = states.proposer_made()

@@ -1,6 +1,8 @@
-"""Every import goes down the layer order of the README's Layout section (or stays in its layer):
-the imports of every module of hljax/, sandbox/ and launch/ are read with ast, function-level and
-TYPE_CHECKING ones included, so a new upward import fails here the moment it is written."""
+"""Every import goes down the layer order of the README's Layout section (or stays in its layer),
+and no import closes a cycle, between files or between packages: the imports of every module of
+hljax/, sandbox/ and launch/ are read with ast, function-level and TYPE_CHECKING ones included, so a
+new upward import or cycle fails here the moment it is written. Packages of one layer may import each
+other, but only one way round."""
 
 import ast
 import os
@@ -17,6 +19,7 @@ LAYERS = (
     ("launch",),
     ("hljax.preflight",),  # The launchers' start-up checks, over every typed config.
     ("hljax.loop", "hljax.rl", "hljax.data"),
+    ("hljax.endpoints",),  # Generator construction: every backend opened in one place.
     ("hljax.config",),  # Shared config machinery and specs, above the components they name.
     ("hljax.harness", "hljax.tasks", "hljax.generate", "sandbox"),
     ("hljax.checkpoint",),
@@ -78,6 +81,67 @@ def test_imports_go_down(module, path):
     upward = [f"line {line}: {name} ({' / '.join(LAYERS[layer(name)])})" for line, name in imports(module, path)
               if layer(name) is not None and layer(name) < mine]
     assert not upward, f"{module} ({' / '.join(LAYERS[mine])}) imports upward: {upward}"
+
+
+def package(module: str) -> str:
+    """hljax.generate.client -> hljax.generate; sandbox.pool -> sandbox; hljax.config -> hljax.config."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "hljax" else parts[0]
+
+
+def graph(level) -> dict[str, set[str]]:
+    """Import edges between project modules mapped through `level` (a module -> its node)."""
+    known = {m for m, _ in modules()}
+    edges: dict[str, set[str]] = {}
+    for module, path in modules():
+        for _, name in imports(module, path):
+            while name and name not in known:  # `from hljax.x import f`: the module hljax.x.
+                name = name.rpartition(".")[0]
+            if name and level(name) != level(module):
+                edges.setdefault(level(module), set()).add(level(name))
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(set(edges) | {w for ws in edges.values() for w in ws}):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": {"c"}}) == []
+
+
+@pytest.mark.parametrize("level", ["file", "package"])
+def test_no_import_cycles(level):
+    assert cycles(graph(package if level == "package" else (lambda m: m))) == []
 
 
 def test_the_readme_states_the_order():

@@ -6,7 +6,7 @@ import collections
 
 import pytest
 
-from hljax.loop.states import StatePool, StatesSpec
+from hljax.rl.states import StatePool, StatesSpec
 from hljax.tasks.rg_families import RL
 from tests.test_configs import NAMES, SCHEMA, _fill_required, _kind, _load
 
@@ -81,8 +81,9 @@ def test_multistep_configs():
     assert ms.mode == "grpo" and ms.model.path == "runs/rg_grpo/export"
     assert (ms.states.mode, ms.states.refresh_every, ms.states.rounds, ms.states.proposals) == ("offline", 50, 4, 4)
     # The refresh samples as the training proposals do: 4,096 tokens at temperature 1, no truncation.
-    assert (ms.states.max_new_tokens, ms.states.temperature, ms.states.top_p, ms.states.top_k) == (4096, 1.0, 1.0, -1)
-    assert (ms.grpo.max_new_tokens, ms.grpo.temperature) == (4096, 1.0)
+    r = ms.states.refresh
+    assert (r.max_new_tokens, r.temperature, r.top_p, r.top_k) == (4096, 1.0, 1.0, -1)
+    assert (ms.grpo.sampling.max_new_tokens, ms.grpo.sampling.temperature) == (4096, 1.0)
     online = _load("qa_grpo_online")
     assert online.model.path == ""  # Required: the base model (no SFT).
     cfg = _resolved("qa_grpo_online")

@@ -227,9 +227,9 @@ def test_model_and_server_info_and_prefill_counts(server):
 
 def test_a_request_joins_the_running_batch_over_http(server, monkeypatch):
     """A short request sent while a long one decodes joins it and finishes first; both equal their
-    outputs served alone. The scheduler is held after its first chunk until the short one is queued."""
-    scheduler = server.app.scheduler
-    batcher = scheduler.batcher
+    outputs served alone. The runner is held after its first chunk until the short one is queued."""
+    runner = server.app.runner
+    batcher = runner.batcher
     started, queued, order = threading.Event(), threading.Event(), []
     step = batcher.step
 
@@ -252,7 +252,7 @@ def test_a_request_joins_the_running_batch_over_http(server, monkeypatch):
     assert started.wait(60)
     threads["short"].start()
     for _ in range(600):
-        if scheduler.queued:
+        if runner.queued:
             break
         threading.Event().wait(0.05)
     queued.set()

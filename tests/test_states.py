@@ -7,7 +7,8 @@ import pytest
 
 from hljax.generate.types import Completion
 from hljax.harness import seeds
-from hljax.loop.states import StatePool, StatesSpec, state_key
+from hljax.generate.types import SamplingOverride
+from hljax.rl.states import StatePool, StatesSpec, state_key
 from hljax.tasks.reasoning_gym import ReasoningGymTask, RGTaskConfig
 from hljax.tasks.suite import split_config
 from sandbox.config import SandboxConfig
@@ -52,8 +53,8 @@ def setup():
 
 def test_offline_refresh_adds_proposer_harnesses_and_is_reused(setup, tmp_path):
     tasks, pool = setup
-    spec = StatesSpec(mode="offline", refresh_every=3, rounds=2, proposals=2, scoring_questions=3, max_new_tokens=64,
-                      temperature=0.5, top_p=0.9, top_k=7)
+    spec = StatesSpec(mode="offline", refresh_every=3, rounds=2, proposals=2, scoring_questions=3,
+                      refresh=SamplingOverride(max_new_tokens=64, temperature=0.5, top_p=0.9, top_k=7))
     states = StatePool(spec, tasks, SEED, pool, state_rounds=2, directory=str(tmp_path), enable_thinking=True)
     proposer = Proposer()
     entries = states.refresh(0, proposer)

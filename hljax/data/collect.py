@@ -47,10 +47,8 @@ from hljax import sharding as shd
 from hljax.checkpoint.presets import init_model
 from hljax.config import check_rerun, save_config
 from hljax.data.collect_config import CollectConfig
-from hljax.data.teacher import ChatModel, OpenAIChatGenerator, OpenAIOptions, api_key_from_env
-from hljax.generate.client import ClientConfig
-from hljax.generate.endpoints import Endpoint, GeneratorSpec
-from hljax.generate.types import SamplingParams
+from hljax.endpoints import Endpoint, solver_spec, to_generator_spec
+from hljax.generate.openai_chat import ChatModel, OpenAIOptions, api_key_from_env
 from hljax.harness import filters as fl
 from hljax.harness import seeds
 from hljax.harness.history import HistoryConfig, HistoryEntry, make_entry
@@ -191,31 +189,19 @@ class Collector:
             teacher_path = os.path.join(cfg.run_dir, "teacher-init")
             if not os.path.exists(os.path.join(teacher_path, "config.json")):
                 init_model(t.preset, teacher_path, seed=cfg.seed)
-        client = ClientConfig(timeout_s=t.timeout_s)
-        if t.backend == "embedded_server":
-            endpoint = Endpoint(GeneratorSpec("embedded_server", teacher_path, max_batch=t.max_batch,
-                                              max_seq_len=t.max_seq_len), mesh, name="teacher")
-            self._endpoints.append(endpoint)
-            url = endpoint.server.url
-        else:
-            url = t.url
+        openai = None
         if t.api == "openai":
-            options = OpenAIOptions(model=t.model or os.path.basename(os.path.normpath(teacher_path)),
-                                    api_key=api_key_from_env(t.api_key_env), template_kwargs=t.template_kwargs)
-            self.teacher: ChatModel = OpenAIChatGenerator(url, options, client)
-            self.source = f"teacher:{options.model}"
-        elif t.backend == "embedded_server":
-            self.teacher = self._endpoints[0].generator
-            self.source = f"teacher:{os.path.basename(os.path.normpath(teacher_path))}"
-        else:
-            endpoint = Endpoint(GeneratorSpec("sglang", t.path, url=t.url), mesh, name="teacher")
-            self._endpoints.append(endpoint)
-            self.teacher = endpoint.generator
-            self.source = f"teacher:{os.path.basename(os.path.normpath(t.path))}"
-        s = cfg.solver
-        solver = Endpoint(s.generator_spec(teacher_path, cfg.seed), mesh, name="solver")
+            openai = OpenAIOptions(model=t.model or os.path.basename(os.path.normpath(teacher_path)),
+                                   api_key=api_key_from_env(t.api_key_env), template_kwargs=t.template_kwargs)
+        spec = to_generator_spec("embedded_server" if t.backend == "embedded_server" else "sglang", path=teacher_path,
+                                 url=t.url, serving=t.serving, api=t.api, openai=openai, timeout_s=t.timeout_s)
+        endpoint = Endpoint(spec, mesh, name="teacher")
+        self._endpoints.append(endpoint)
+        self.teacher: ChatModel = endpoint.generator
+        self.source = f"teacher:{openai.model if openai else os.path.basename(os.path.normpath(teacher_path))}"
+        solver = Endpoint(solver_spec(cfg.solver, teacher_path, cfg.seed), mesh, name="solver")
         self._endpoints.append(solver)
-        self.pool = SandboxPool(cfg.sandbox, solver.generator, s.budget)
+        self.pool = SandboxPool(cfg.sandbox, solver.generator, cfg.solver.budget)
         self.tasks: list[Task] = build_tasks(cfg.tasks, cfg.seed)
         self.seed_harness = seeds.load(SEED_HARNESS[cfg.tasks.suite])
         self._parent: dict[str, tuple[float, list[Question]]] = {}
@@ -297,8 +283,7 @@ class Collector:
                                     self.seed_harness, cfg.prompt.history) if cfg.history else ()
         state = build_state(self.pool, task, self.seed_harness, round_index, history)
         messages = state.messages(cfg.prompt)
-        sampling = SamplingParams(max_new_tokens=t.max_new_tokens, temperature=t.temperature, top_p=t.top_p,
-                                  top_k=t.top_k, seed=derive_seed(cfg.seed, task.name, round_index))
+        sampling = t.sampling.params(seed=derive_seed(cfg.seed, task.name, round_index))
         completions = self.teacher.chat([messages], sampling, n=cfg.proposals, enable_thinking=t.enable_thinking)[0]
         feedback_qs = task.feedback_round(round_index)
         refs = [s for q in feedback_qs + scoring_qs for s in references(q)]

@@ -14,8 +14,8 @@ from typing import Literal
 
 import ml_collections
 
-from hljax.config import ConfigError, SolverSpec, TaskSpec, typed
-from hljax.generate.types import SamplingParams
+from hljax.config import FLAT, RUN_SOLVER_BUDGET, ConfigError, ServingSpec, SolverSpec, TaskSpec, typed
+from hljax.generate.types import Sampling
 from hljax.harness.filters import FilterConfig
 from hljax.harness.prompts import PromptConfig
 from hljax.mesh import MeshConfig
@@ -41,19 +41,18 @@ class TeacherSpec:
     # Qwen3's thinking mode in the teacher's chat template (chat_template_kwargs). False: the kept
     # completions are edits with no reasoning before them, what the proposer is trained to write.
     enable_thinking: bool = False
-    max_new_tokens: int = 4096  # Teacher completion length cap.
-    temperature: float = 0.7  # Teacher sampling temperature.
-    top_p: float = 0.95  # Teacher nucleus sampling.
-    top_k: int = -1  # Teacher top-k (-1: off).
+    # The teacher's sampling:
+    sampling: Sampling = dataclasses.field(default=Sampling(max_new_tokens=4096, temperature=0.7, top_p=0.95),
+                                           metadata={FLAT: True})
     timeout_s: float = 900.0  # Per HTTP request.
-    max_batch: int = 16  # embedded_server engine limits.
-    max_seq_len: int = 16384  # Prompts longer than this (tokens) are skipped.
+    # embedded_server:
+    serving: ServingSpec = dataclasses.field(default=ServingSpec(max_seq_len=16384), metadata={FLAT: True})
 
 
 # A collection's default solver: an SGLang server with greedy answers, a bigger budget than a training
 # run's default. The paper's collection (configs/collect_rg.py) replaces it with its setup's.
-COLLECT_SOLVER = SolverSpec(backend="sglang", max_batch=64, max_seq_len=8192, budget=SolverConfig(
-    sampling=SamplingParams(max_new_tokens=1024, temperature=0.0, top_p=1.0, top_k=-1), max_calls=8, max_tokens=8192))
+COLLECT_SOLVER = SolverSpec(backend="sglang", serving=ServingSpec(max_batch=64, max_seq_len=8192), budget=SolverConfig(
+    sampling=dataclasses.replace(RUN_SOLVER_BUDGET.sampling, max_new_tokens=1024), max_calls=8, max_tokens=8192))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,9 +11,7 @@ error naming it. One `sglang-router` URL is one server here: the router spreads 
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import json
 import logging
 import threading
 import time
@@ -22,25 +20,11 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
-from hljax.generate.local import copy_seed, render_chat
-from hljax.generate.types import Completion, Message, SamplingParams
+from hljax.generate.http import ClientConfig, ServerError, request_json
+from hljax.generate.types import Completion, Message, SamplingParams, copy_seed, render_chat
 from hljax.signals import stop_point
 
 log = logging.getLogger(__name__)
-
-
-class ServerError(RuntimeError):
-    """A server answered with an error, or could not be reached after all retries; names the URL."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ClientConfig:
-    timeout_s: float = 600.0  # Per HTTP request; a long generation batch needs minutes.
-    max_retries: int = 5  # On connection errors, timeouts and 5xx; never on 4xx.
-    backoff_s: float = 0.5  # First retry delay; doubles each time up to max_backoff_s.
-    max_backoff_s: float = 30.0
-    batch_size: int = 64  # Prompt copies per /generate request.
-    concurrency: int = 4  # /generate requests in flight at once.
 
 
 def parse_urls(url: str | Sequence[str]) -> tuple[str, ...]:
@@ -71,29 +55,7 @@ class SGLangGenerator:
 
     def _request(self, method: str, path: str, body: Any = None, retry: bool = True, url: str | None = None) -> Any:
         """One HTTP call to server `url` (default: the next one round-robin)."""
-        url = url or self._pick()
-        data = None if body is None else json.dumps(body).encode()
-        delay = self.config.backoff_s
-        attempts = 1 + (self.config.max_retries if retry else 0)
-        for attempt in range(attempts):
-            req = urllib.request.Request(url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(req, timeout=self.config.timeout_s) as resp:
-                    return json.loads(resp.read() or b"null")
-            except urllib.error.HTTPError as e:
-                detail = e.read().decode(errors="replace")[:2000]
-                if e.code < 500:
-                    raise ServerError(f"{url}{path}: HTTP {e.code}: {detail}") from None
-                why = f"HTTP {e.code}: {detail}"
-            except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
-                why = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
-            if attempt + 1 < attempts:
-                log.warning("%s%s failed (%s); retry %d/%d in %.1fs", url, path, why, attempt + 1,
-                            attempts - 1, delay)
-                time.sleep(delay)
-                delay = min(delay * 2, self.config.max_backoff_s)
-        raise ServerError(f"{url}{path}: failed after {attempts} attempt(s): {why}")
+        return request_json((url or self._pick()) + path, method, body, config=self.config, retry=retry)
 
     def wait_until_ready(self, timeout_s: float = 300.0, poll_s: float = 1.0, *, name: str = "server",
                          stop: Callable[[str], None] = stop_point, report_every_s: float = 10.0) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Sequence
 
 import jax
@@ -12,14 +11,7 @@ import transformers
 from hljax import sharding as shd
 from hljax.checkpoint import hf
 from hljax.generate.engine import Engine, EngineConfig, Output, Request
-from hljax.generate.types import Completion, Message, SamplingParams
-
-
-def copy_seed(seed: int | None, i: int) -> int | None:
-    """Seed of the i-th of n samples: copy 0 keeps the request's seed, the others get distinct ones."""
-    if seed is None or i == 0:
-        return seed
-    return int.from_bytes(hashlib.blake2b(f"{seed}:{i}".encode(), digest_size=4).digest(), "little") % 2**31
+from hljax.generate.types import Completion, Message, SamplingParams, copy_seed, render_chat
 
 
 def expand(prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams, n: int) -> list[Request]:
@@ -31,12 +23,6 @@ def expand(prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams, n: int
         for ids in prompt_ids
         for j in range(n)
     ]
-
-
-def render_chat(tokenizer, conversation: Sequence[Message], enable_thinking: bool) -> str:
-    return tokenizer.apply_chat_template(
-        [dict(m) for m in conversation], tokenize=False, add_generation_prompt=True, enable_thinking=enable_thinking
-    )
 
 
 def load_engine_weights(engine: Engine, path: str, weight_version: str | None = None) -> None:

@@ -1,6 +1,6 @@
 """An HTTP server that speaks the subset of SGLang's API hljax uses, over our JAX engine.
 
-Batching is *continuous*: a scheduler thread owns the engine's `Batcher`; requests from many HTTP
+Batching is *continuous*: a runner thread owns the engine's `Batcher`; requests from many HTTP
 threads queue up and join the running decode batch at the next chunk boundary (every `decode_chunk`
 steps), and each finished row frees its slot at once, so a short request never waits for a long one.
 """
@@ -22,21 +22,21 @@ import jax.numpy as jnp
 
 from hljax.generate import api
 from hljax.generate.engine import Output, Request, RequestError
-from hljax.generate.local import LocalGenerator, expand, load_engine_weights, render_chat
-from hljax.generate.scheduler import Batcher
-from hljax.generate.types import SamplingParams
+from hljax.generate.local import LocalGenerator, expand, load_engine_weights
+from hljax.generate.batcher import Batcher
+from hljax.generate.types import SamplingParams, render_chat
 
 log = logging.getLogger(__name__)
 
 
-class Scheduler:
+class BatchRunner:
     """Feeds requests from many HTTP threads into one continuous batch, run by its own thread."""
 
     def __init__(self, generator: LocalGenerator):
         self.engine = generator.engine
         self.batcher = Batcher(self.engine)
         self._inbox: queue.Queue[tuple[list[Request], Future]] = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, name="hljax-scheduler", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="hljax-batch-runner", daemon=True)
         self._thread.start()
 
     def submit(self, requests: list[Request]) -> list[Output]:
@@ -47,7 +47,7 @@ class Scheduler:
 
     @property
     def queued(self) -> int:
-        """Submissions not yet taken in by the scheduler thread."""
+        """Submissions not yet taken in by the runner thread."""
         return self._inbox.qsize()
 
     def _loop(self):
@@ -85,7 +85,7 @@ class App:
         self.tokenizer = generator.tokenizer
         self.model_path = model_path
         self.model_name = os.path.basename(os.path.normpath(model_path))
-        self.scheduler = Scheduler(generator)
+        self.runner = BatchRunner(generator)
         self._weights_lock = threading.Lock()
         self.routes: dict[tuple[str, str], Callable[[dict | None], tuple[int, object]]] = {
             ("POST", "/generate"): self.generate,
@@ -108,7 +108,7 @@ class App:
 
     def _run(self, prompt_ids: list[list[int]], sampling: list[tuple[SamplingParams, int]]) -> list[Output]:
         requests = [r for ids, (sp, n) in zip(prompt_ids, sampling) for r in expand([ids], sp, n)]
-        return self.scheduler.submit(requests)
+        return self.runner.submit(requests)
 
     def generate(self, body):
         req = api.GenerateRequest.parse(body)
@@ -169,7 +169,7 @@ class App:
 
     def health(self, body):
         # A real one-token generation, as SGLang's /health does: a wedged engine fails it.
-        self.scheduler.submit([Request((0,), SamplingParams(max_new_tokens=1, temperature=0.0))])
+        self.runner.submit([Request((0,), SamplingParams(max_new_tokens=1, temperature=0.0))])
         return HTTPStatus.OK, {"status": "ok", "weight_version": self.version}
 
     def model_info(self, body):
@@ -192,7 +192,7 @@ class App:
             "dtype": jnp.dtype(engine.model_config.param_dtype).name,
             "decode_chunk": ecfg.decode_chunk, "share_prefixes": ecfg.share_prefixes,
             "max_req_input_len": engine.context_length - 1, "weight_version": self.version,
-            "internal_states": [{**dataclasses.asdict(engine.stats), "running_rows": self.scheduler.batcher.active}],
+            "internal_states": [{**dataclasses.asdict(engine.stats), "running_rows": self.runner.batcher.active}],
             "version": "hljax",
         }
 

@@ -7,6 +7,7 @@ Field names follow SGLang's `sampling_params` so a request maps onto its API one
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Literal, Mapping, Protocol, Sequence
 
 Message = Mapping[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
@@ -14,13 +15,57 @@ FinishReason = Literal["stop", "length", "abort"]
 
 
 @dataclasses.dataclass(frozen=True)
-class SamplingParams:
-    """Per-request sampling knobs, SGLang's names and conventions."""
+class Sampling:
+    """How a config samples a model: the one block wherever a model is sampled (GRPO's proposals, state
+    refreshes, adaptation, the teacher, and inside the solver's `SamplingParams`). Its keys sit in the
+    block of what is sampled (`--config.grpo.temperature`, `--config.teacher.max_new_tokens`)."""
 
     max_new_tokens: int = 256  # Completion length cap.
     temperature: float = 1.0  # 0 means greedy.
     top_p: float = 1.0  # Nucleus sampling (1: off).
     top_k: int = -1  # -1 disables top-k, as in SGLang.
+
+    def __post_init__(self):
+        _check_sampling(self.max_new_tokens, self.temperature, self.top_p, self.top_k)
+
+    def params(self, **request) -> SamplingParams:
+        """These settings as one request's, with its own `request` fields (seed, stop, ...)."""
+        return SamplingParams(**dataclasses.asdict(self), **request)
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingOverride:
+    """Sampling that follows another block where a field is None (state refreshes follow GRPO's)."""
+
+    max_new_tokens: int | None = None  # Completion length cap (None: the followed block's).
+    temperature: float | None = None  # Sampling temperature (None: the followed block's).
+    top_p: float | None = None  # Nucleus sampling (None: the followed block's).
+    top_k: int | None = None  # Top-k, -1 off (None: the followed block's).
+
+    def following(self, base: Sampling) -> Sampling:
+        return Sampling(**{k: base_v if v is None else v for (k, v), base_v in
+                           zip(dataclasses.asdict(self).items(), dataclasses.asdict(base).values())})
+
+
+def _check_sampling(max_new_tokens: int, temperature: float, top_p: float, top_k: int) -> None:
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if top_k == 0 or top_k < -1:
+        raise ValueError(f"top_k must be -1 (off) or >= 1, got {top_k}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling knobs, SGLang's names and conventions."""
+
+    max_new_tokens: int = Sampling.max_new_tokens  # Completion length cap.
+    temperature: float = Sampling.temperature  # 0 means greedy.
+    top_p: float = Sampling.top_p  # Nucleus sampling (1: off).
+    top_k: int = Sampling.top_k  # -1 disables top-k, as in SGLang.
     stop: tuple[str, ...] = ()  # Strings that end a completion.
     stop_token_ids: tuple[int, ...] = ()  # Token ids that end a completion (besides EOS).
     seed: int | None = None  # Same seed, same prompt, same weights -> same tokens.
@@ -29,14 +74,7 @@ class SamplingParams:
     min_new_tokens: int = 0  # Stop tokens are masked out (-inf logits) until this many were generated.
 
     def __post_init__(self):
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k == 0 or self.top_k < -1:
-            raise ValueError(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
+        _check_sampling(self.max_new_tokens, self.temperature, self.top_p, self.top_k)
         if not 0 <= self.min_new_tokens <= self.max_new_tokens:
             raise ValueError(f"min_new_tokens must be in [0, max_new_tokens={self.max_new_tokens}], "
                              f"got {self.min_new_tokens}")
@@ -92,3 +130,17 @@ class Generator(Protocol):
     ) -> list[list[Completion]]:
         """Conversations rendered with the model's chat template -> `n` completions each."""
         ...
+
+
+def copy_seed(seed: int | None, i: int) -> int | None:
+    """Seed of the i-th of n samples: copy 0 keeps the request's seed, the others get distinct ones."""
+    if seed is None or i == 0:
+        return seed
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{i}".encode(), digest_size=4).digest(), "little") % 2**31
+
+
+def render_chat(tokenizer, conversation: Sequence[Message], enable_thinking: bool) -> str:
+    """`conversation` in `tokenizer`'s chat template, ready for the assistant's turn."""
+    return tokenizer.apply_chat_template(
+        [dict(m) for m in conversation], tokenize=False, add_generation_prompt=True, enable_thinking=enable_thinking
+    )

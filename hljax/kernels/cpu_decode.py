@@ -6,8 +6,8 @@ weights and caches; accelerators run everything through XLA.
 The C++ file is compiled on first use with the system C++ compiler against the XLA FFI headers that
 jaxlib ships, for this CPU's instruction set: AVX-512F (packed panels of 48 columns) or else AVX2 +
 FMA (panels of 24). `HLJAX_CPU_ISA=avx2` forces the AVX2 build on an AVX-512 CPU (to test it). The
-library is cached by source hash and flags under `$HLJAX_KERNEL_CACHE` (default
-`~/.cache/hljax/kernels`). `availability()` says whether the kernels can run here and, if not, why;
+library is cached by source, flags, compiler and jaxlib version (`build_key`) under
+`$HLJAX_KERNEL_CACHE` (default `~/.cache/hljax/kernels`). `availability()` says whether the kernels can run here and, if not, why;
 callers decide what to do with that (the engine logs it, or raises when told to insist).
 """
 
@@ -23,6 +23,7 @@ import tempfile
 
 import jax
 import jax.numpy as jnp
+import jaxlib.version
 import numpy as np
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_decode.cc")
@@ -64,6 +65,23 @@ def _cache_dir() -> str:
     return os.environ.get("HLJAX_KERNEL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "hljax", "kernels")
 
 
+def build_key(source: bytes, flags: list[str], compiler: str, jaxlib_version: str, include_dir: str) -> str:
+    """The cache folder's name: it changes with anything that changes the library (the source, the
+    flags, the compiler and its version, jaxlib's FFI headers' version and place)."""
+    parts = [source, "\0".join(flags).encode(), compiler.encode(), jaxlib_version.encode(), include_dir.encode()]
+    return hashlib.sha256(b"\0\0".join(parts)).hexdigest()[:16]
+
+
+def _compiler_id(compiler: str) -> str:
+    """The compiler's resolved path and the first line of its --version."""
+    path = shutil.which(compiler) or compiler
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    return f"{os.path.realpath(path)} {out.splitlines()[0] if out else ''}"
+
+
 def _build(isa_name: str) -> str:
     """Path of the library compiled for `isa_name`, compiling it if this source has not been built yet."""
     compiler = os.environ.get("CXX") or "g++"
@@ -72,7 +90,7 @@ def _build(isa_name: str) -> str:
     with open(_SOURCE, "rb") as f:
         source = f.read()
     flags = _BASE_FLAGS + ISAS[isa_name][0]
-    key = hashlib.sha256(source + " ".join(flags).encode() + jax.ffi.include_dir().encode()).hexdigest()[:16]
+    key = build_key(source, flags, _compiler_id(compiler), jaxlib.version.__version__, jax.ffi.include_dir())
     out_dir = os.path.join(_cache_dir(), key)
     lib = os.path.join(out_dir, "libhljax_cpu_decode.so")
     if os.path.exists(lib):

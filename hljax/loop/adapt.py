@@ -16,7 +16,8 @@ from typing import Sequence
 
 import numpy as np
 
-from hljax.generate.types import Completion, Generator, SamplingParams
+from hljax.config import FLAT
+from hljax.generate.types import Completion, Generator, Sampling, SamplingParams
 from hljax.harness.prompts import PromptConfig, history_text
 from hljax.loop import records as rec
 from hljax.loop.history import entries_from_rounds, store_code
@@ -33,23 +34,21 @@ from sandbox.results import JobResult
 
 @dataclasses.dataclass(frozen=True)
 class AdaptConfig:
-    rounds: int = 5  # T.
-    proposals: int = 1  # G candidates per round.
+    """Test-time adaptation's settings: the `adapt` block of an evaluation, and a state refresh's."""
+
+    rounds: int = 5  # Revision rounds T.
+    proposals: int = 1  # Candidates G proposed per round.
+    # Selection policy between rounds (hljax/loop/selection.py).
     policy: PolicyName = "keep_if_better"
+    runs: int = 1  # Independent runs per task (different sampling seeds; evaluation).
     scoring_questions: int = 16  # Fixed for the run, so every harness is compared on the same ones.
-    max_new_tokens: int = 1024
-    temperature: float = 0.7
-    top_p: float = 1.0
-    top_k: int = -1
-    enable_thinking: bool = False  # The proposer's chat template: Qwen3's thinking mode.
+    # The proposer's sampling:
+    sampling: Sampling = dataclasses.field(default=Sampling(max_new_tokens=1024, temperature=0.7),
+                                           metadata={FLAT: True})
 
     def __post_init__(self):
-        if self.rounds < 1 or self.proposals < 1 or self.scoring_questions < 1:
-            raise ValueError("rounds, proposals and scoring_questions must be >= 1")
-
-    def sampling(self, seed: int) -> SamplingParams:
-        return SamplingParams(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
-                              top_k=self.top_k, seed=seed)
+        if self.rounds < 1 or self.proposals < 1 or self.scoring_questions < 1 or self.runs < 1:
+            raise ValueError("rounds, proposals, runs and scoring_questions must be >= 1")
 
 
 def question_scores(results: Sequence[JobResult]) -> tuple[float, ...]:
@@ -101,11 +100,13 @@ def run_adaptation(
     reward: rw.RewardConfig = rw.RewardConfig(),
     stop_after: int | None = None,
     progress=None,
+    enable_thinking: bool = False,
 ) -> list[rec.RoundRecord]:
     """Rounds [len(done), cfg.rounds) of one run, resuming from what `store` holds.
 
     `stop_after`: stop once this many rounds are recorded (a planned interruption).
-    `progress`: called with each finished RoundRecord.
+    `progress`: called with each finished RoundRecord. `enable_thinking`: the proposer's chat
+    template's thinking mode (Qwen3).
     """
     policy = make_policy(cfg.policy, seed=derive_seed(seed, task.name, run_index, "policy"))
     scoring = task.take("scoring", cfg.scoring_questions)
@@ -133,8 +134,8 @@ def run_adaptation(
         history = entries_from_rounds(store.rounds(), store_code(store), prompt.history) \
             if prompt.history.enabled else ()
         state = build_state(pool, task, code, t, history)
-        sampling = cfg.sampling(derive_seed(seed, task.name, run_index, t))
-        completions = propose(proposer, state.messages(prompt), sampling, cfg.proposals, cfg.enable_thinking)
+        sampling = cfg.sampling.params(seed=derive_seed(seed, task.name, run_index, t))
+        completions = propose(proposer, state.messages(prompt), sampling, cfg.proposals, enable_thinking)
         ids = [rec.candidate_id(t, i) for i in range(len(completions))]
         judged = judge(pool, task, code, [c.text for c in completions], scoring, ids, current, reward)
         for c, cand_code in judged:

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from hljax import distributed
 from hljax import sharding as shd
 from hljax.config import check_rerun, save_config
-from hljax.generate.endpoints import Endpoint, GeneratorSpec
+from hljax.endpoints import Endpoint, GeneratorSpec, solver_spec, to_generator_spec
 from hljax.tasks.simulated_solver import LABEL as SIMULATED_LABEL
 from hljax.harness import seeds
 from hljax.loop import records as rec
@@ -90,9 +90,9 @@ def single_revision(cfg: EvalRunConfig, task: Task, seed_code: str, proposer, po
         return
     store.put_harness(rec.SEED_ID, seed_code)
     state = build_state(pool, task, seed_code, 0)
-    adapt = cfg.adapt_config()
-    sampling = adapt.sampling(derive_seed(cfg.seed, task.name, "single"))
-    completions = propose(proposer, state.messages(prompt), sampling, adapt.proposals, adapt.enable_thinking)
+    sampling = cfg.adapt.sampling.params(seed=derive_seed(cfg.seed, task.name, "single"))
+    completions = propose(proposer, state.messages(prompt), sampling, cfg.adapt.proposals,
+                          cfg.proposer.enable_thinking)
     ids = [rec.candidate_id(0, i) for i in range(len(completions))]
     judged = judge(pool, task, seed_code, [c.text for c in completions], evalq, ids, rec.SEED_ID, cfg.reward)
     for c, code in judged:
@@ -113,8 +113,8 @@ def adaptation_runs(cfg: EvalRunConfig, task: Task, seed_code: str, proposer, po
     held-out questions."""
     for k in range(cfg.adapt.runs):
         store = rec.RunStore(os.path.join(base_dir, f"run{k}"))
-        rounds = run_adaptation(task, seed_code, proposer, pool, cfg.adapt_config(), store, seed=cfg.seed,
-                                run_index=k, prompt=prompt, reward=cfg.reward)
+        rounds = run_adaptation(task, seed_code, proposer, pool, cfg.adapt, store, seed=cfg.seed, run_index=k,
+                                prompt=prompt, reward=cfg.reward, enable_thinking=cfg.proposer.enable_thinking)
         kept = dict.fromkeys([rec.SEED_ID] + [r.selected for r in rounds])
         eval_scores(pool, task, store.directory, {i: store.harness(i) for i in kept}, evalq)
 
@@ -123,14 +123,9 @@ def adaptation_runs(cfg: EvalRunConfig, task: Task, seed_code: str, proposer, po
 
 
 def proposer_spec(cfg: EvalRunConfig, entry: ProposerEntry) -> GeneratorSpec:
-    if entry.url:
-        return GeneratorSpec("sglang", path=entry.path, url=entry.url)
-    return GeneratorSpec("embedded_server", path=entry.path, max_batch=cfg.proposer.max_batch,
-                         max_seq_len=cfg.proposer.max_seq_len, dtype=cfg.proposer.dtype)
-
-
-def solver_spec(cfg: EvalRunConfig) -> GeneratorSpec:
-    return cfg.solver.generator_spec(cfg.solver_path, cfg.seed)
+    """An entry with a url is a running server; one with only an HF folder is served by our engine."""
+    return to_generator_spec("sglang" if entry.url else "embedded_server", path=entry.path, url=entry.url,
+                             serving=cfg.proposer.serving)
 
 
 def run(cfg: EvalRunConfig) -> dict:
@@ -151,7 +146,7 @@ def run(cfg: EvalRunConfig) -> dict:
             log.info("%s: rerun with %s (allowed: they extend the run or change only where it runs)", cfg.run_dir,
                      "; ".join(map(str, changes)))
         save_config(path, cfg)
-    with Endpoint(solver_spec(cfg), mesh, name="solver") as solver, \
+    with Endpoint(solver_spec(cfg.solver, cfg.solver_path, cfg.seed), mesh, name="solver") as solver, \
             SandboxPool(cfg.sandbox, solver.generator, cfg.solver.budget) as pool:
         evalq = {t.name: t.take("eval", cfg.evaluation.eval_questions) for t in mine}
         for task in tqdm(mine, desc="seed harness"):

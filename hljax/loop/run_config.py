@@ -12,7 +12,7 @@ from typing import Literal, NamedTuple
 
 import ml_collections
 
-from hljax.config import RUN_SANDBOX, ConfigError, DistributedSpec, SolverSpec, TaskSpec, typed
+from hljax.config import FLAT, RUN_SANDBOX, ConfigError, DistributedSpec, ServingSpec, SolverSpec, TaskSpec, typed
 from hljax.harness.prompts import PromptConfig
 from hljax.loop.adapt import AdaptConfig
 from hljax.loop.rewards import RewardConfig
@@ -59,9 +59,8 @@ class ProposerServing:
     # Qwen3's thinking mode in the proposer's chat template (every proposer of the table). False, as
     # in training (model.enable_thinking): the template's empty think block, an edit straight away.
     enable_thinking: bool = False
-    max_batch: int = 16  # Embedded proposer server: sequences decoded together.
-    max_seq_len: int = 8192  # Embedded proposer server: KV-cache length per sequence.
-    dtype: Literal["float32", "bfloat16"] = "float32"  # Embedded proposer server: compute dtype.
+    # Embedded proposer server:
+    serving: ServingSpec = dataclasses.field(default=ServingSpec(max_seq_len=8192), metadata={FLAT: True})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,26 +73,6 @@ class EvaluationSpec:
     # Each proposer runs twice, with the same seeds and questions: row `<label>` with the paper's
     # prompt (no history) and row `<label>+history` with prompt.history (which must be on).
     compare_history: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class AdaptSpec:
-    rounds: int = 5  # Revision rounds T.
-    proposals: int = 1  # Candidates proposed per round.
-    # Selection policy between rounds (hljax/loop/selection.py).
-    policy: Literal["keep_if_better", "best_of_g", "pareto"] = "keep_if_better"
-    runs: int = 1  # Independent runs per task (different sampling seeds).
-    scoring_questions: int = 16  # Questions each candidate is scored on.
-    max_new_tokens: int = 1024  # Proposal length cap.
-    temperature: float = 0.7  # Proposer sampling temperature.
-    top_p: float = 1.0  # Proposer nucleus sampling.
-    top_k: int = -1  # Proposer top-k (-1: off).
-
-    def adapt_config(self, enable_thinking: bool = False) -> AdaptConfig:
-        return AdaptConfig(rounds=self.rounds, proposals=self.proposals, policy=self.policy,
-                           scoring_questions=self.scoring_questions, max_new_tokens=self.max_new_tokens,
-                           temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                           enable_thinking=enable_thinking)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +92,7 @@ class EvalRunConfig:
     proposer: ProposerServing = ProposerServing()
     solver: SolverSpec = SolverSpec()  # solver.path "" = the first proposer's folder.
     tasks: TaskSpec = TaskSpec(role="heldout")
-    adapt: AdaptSpec = AdaptSpec()
+    adapt: AdaptConfig = AdaptConfig()
     evaluation: EvaluationSpec = EvaluationSpec()
     sandbox: SandboxConfig = RUN_SANDBOX
     reward: RewardConfig = RewardConfig()
@@ -146,10 +125,6 @@ class EvalRunConfig:
         plain = dataclasses.replace(self.prompt, history=dataclasses.replace(self.prompt.history, mode="off"))
         return [r for p in self.proposers
                 for r in (Row(p.label, p, plain), Row(p.label + HISTORY_SUFFIX, p, self.prompt))]
-
-    def adapt_config(self) -> AdaptConfig:
-        """The rounds' settings: the adapt block, with the proposers' thinking mode."""
-        return self.adapt.adapt_config(enable_thinking=self.proposer.enable_thinking)
 
     @property
     def solver_path(self) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from hljax import sharding as shd
@@ -49,3 +50,13 @@ def copy_rows(dst: list, src: list, src_rows: jax.Array, dst_rows: jax.Array) ->
         return jax.tree.map(lambda a, b: a.at[dst_rows].set(b[src_rows].astype(a.dtype), mode="drop"), d, s)
 
     return [one(d, s) for d, s in zip(dst, src)]
+
+
+def grow_cache(cache: list, extra_rows: int, extra_len: int) -> list:
+    """`cache` with `extra_rows` more (zero) rows, and KV caches `extra_len` more slots; Qwen3.5's
+    linear-attention states have no slots and grow rows only."""
+    def pad(a, axes: dict[int, int]):
+        return jnp.pad(a, [(0, axes.get(i, 0)) for i in range(a.ndim)])
+
+    return [jax.tree.map(lambda a: pad(a, {0: extra_rows, 2: extra_len}), c) if isinstance(c, qwen3.LayerCache)
+            else jax.tree.map(lambda a: pad(a, {0: extra_rows}), c) for c in cache]

@@ -26,15 +26,14 @@ import numpy as np
 from hljax import distributed as dist
 from hljax.checkpoint import hf
 from hljax.config import TaskSpec
-from hljax.generate.endpoints import Endpoint, GeneratorSpec
-from hljax.generate.local import render_chat
-from hljax.generate.types import Completion, SamplingParams
+from hljax.endpoints import Endpoint, GeneratorSpec
+from hljax.generate.types import Completion, render_chat
 from hljax.harness import seeds
 from hljax.harness.prompts import PromptConfig
 from hljax.loop import rewards as rw
 from hljax.loop.revision import candidate, score_candidates
 from hljax.loop.selection import BestOfG, Scored
-from hljax.loop.states import StatePool, StatesSpec, state_key
+from hljax.rl.states import StatePool, StatesSpec, state_key
 from hljax.rl.config import LossConfig
 from hljax.rl.grpo import group_advantages, zero_variance_groups
 from hljax.seeding import derive_seed
@@ -172,8 +171,7 @@ class Rollouts:
         t0 = time.perf_counter()
 
         def propose(k):
-            sp = SamplingParams(max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
-                                top_k=g.top_k, seed=derive_seed(self.seed, step, slots[k]))
+            sp = g.sampling.params(seed=derive_seed(self.seed, step, slots[k]))
             return self.proposer.chat([conversations[k]], sp, n=g.group_size, return_logprobs=True,
                                       enable_thinking=self.enable_thinking)[0]
 

@@ -8,21 +8,19 @@ override fields of it. A locked ml_collections config becomes a `RunConfig` thro
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import ml_collections
 
-from hljax.config import RUN_SANDBOX, ConfigError, DistributedSpec, ModelSpec, SolverSpec, TaskSpec, typed
+from hljax.config import FLAT, RUN_SANDBOX, ConfigError, DistributedSpec, ModelSpec, ServingSpec, SolverSpec, TaskSpec, typed
+from hljax.generate.types import Sampling, SamplingOverride
 from hljax.harness.prompts import PromptConfig
 from hljax.loop.rewards import RewardConfig
-from hljax.loop.states import StatesSpec
+from hljax.rl.states import StatesSpec
 from hljax.mesh import MeshConfig
 from hljax.metrics import check_backends
 from hljax.rl.config import LossConfig, OptimConfig
 from sandbox.config import SandboxConfig
-
-if TYPE_CHECKING:
-    from hljax.generate.endpoints import GeneratorSpec
 
 # SFT takes larger steps than GRPO, with a warm-up and a shorter second-moment memory; the bare
 # OptimConfig defaults are GRPO's (the `optim` block).
@@ -56,10 +54,8 @@ class GRPOSpec:
     # off-policy and the clip bounds them (clip_frac, policy_drift are means over the mu updates).
     mu: int = 1
     max_len: int = 2048  # Prompt + completion tokens a rollout may hold (bucketed); longer is an error.
-    max_new_tokens: int = 256  # Proposal length cap.
-    temperature: float = 1.0  # Proposer sampling temperature (also the temperature of the trained log-probs).
-    top_p: float = 1.0  # Proposer nucleus sampling.
-    top_k: int = -1  # Proposer top-k (-1: off).
+    # The proposals' sampling (its temperature is also that of the trained log-probs):
+    sampling: Sampling = dataclasses.field(default=Sampling(), metadata={FLAT: True})
     scoring_questions: int = 4  # Per candidate; every candidate of a group gets the same ones.
     scoring_windows: int = 8  # Scoring questions rotate through this many disjoint windows.
     # Feedback rounds (fresh report questions) per pool member: states = members x state_rounds distinct
@@ -76,16 +72,9 @@ class RolloutSpec:
     backend: Literal["embedded_server", "sglang"] = "embedded_server"
     url: str = ""  # SGLang server(s) or router of the proposer (backend sglang).
     sync_dir: str = ""  # Where new weights are exported for /update_weights_from_disk ("" = run_dir/sync).
-    max_batch: int = 16  # Embedded server: sequences decoded together.
-    max_seq_len: int = 4096  # Embedded server: KV-cache length per sequence.
-
-    def generator_spec(self, init_path: str, dtype: str) -> GeneratorSpec:
-        """How to open the proposer: `init_path` holds the weights an embedded server starts from, and
-        the tokenizer of an external one."""
-        from hljax.generate.endpoints import GeneratorSpec  # JAX and transformers: not for config files.
-
-        return GeneratorSpec(self.backend, init_path, url=self.url if self.backend == "sglang" else "",
-                             max_batch=self.max_batch, max_seq_len=self.max_seq_len, dtype=dtype)
+    # Embedded server (its dtype is the one it samples in; model.dtype the one the trainer scores in: a gap
+    # between them shows in the sampler_logprob_gap metric):
+    serving: ServingSpec = dataclasses.field(default=ServingSpec(), metadata={FLAT: True})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +121,7 @@ class RunConfig:
     sft: SFTSpec = SFTSpec()
     grpo: GRPOSpec = GRPOSpec()
     # Revision states GRPO trains on: seed (single-step), offline (phases, pool refreshed by the current
-    # proposer), online (live revision chains); see hljax/loop/states.py.
+    # proposer), online (live revision chains); see hljax/rl/states.py.
     states: StatesSpec = StatesSpec()
     rollout: RolloutSpec = RolloutSpec()
     solver: SolverSpec = SolverSpec()
@@ -146,10 +135,8 @@ class RunConfig:
 
     def __post_init__(self):
         # The refresh samples as the training proposals do unless a config says otherwise (StatesSpec).
-        g = self.grpo
-        follow = {k: getattr(g, k) for k in ("max_new_tokens", "temperature", "top_p", "top_k")
-                  if getattr(self.states, k) is None}
-        object.__setattr__(self, "states", dataclasses.replace(self.states, **follow))
+        refresh = SamplingOverride(**dataclasses.asdict(self.states.refresh.following(self.grpo.sampling)))
+        object.__setattr__(self, "states", dataclasses.replace(self.states, refresh=refresh))
         if self.grpo.mu < 1:
             raise ConfigError(f"grpo.mu must be >= 1, got {self.grpo.mu}")
         need = []

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from hljax.generate.local import render_chat
+from hljax.generate.types import render_chat
 from hljax.rl.batching import bucket_length, pack
 from hljax.rl.logprobs import Sequences
 

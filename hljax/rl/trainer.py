@@ -34,6 +34,7 @@ from hljax.checkpoint import hf
 from hljax.checkpoint.orbax import TrainCheckpointer
 from hljax.checkpoint.presets import init_model
 from hljax.config import check_rerun, save_config, to_json
+from hljax.endpoints import solver_spec, to_generator_spec
 from hljax.generate.engine import Engine, EngineConfig, Request
 from hljax.generate.types import SamplingParams
 from hljax.loop import rewards as rw
@@ -315,8 +316,9 @@ class Trainer:
         if self.rollouts is not None:
             return
         self.rollouts = Rollouts(
-            cfg.rollout.generator_spec(self.init_path, cfg.model.dtype),
-            cfg.solver.generator_spec(self.init_path, cfg.seed), cfg.solver.budget, grpo=cfg.grpo,
+            to_generator_spec(cfg.rollout.backend, url=cfg.rollout.url, serving=cfg.rollout.serving,
+                              default_path=self.init_path),
+            solver_spec(cfg.solver, self.init_path, cfg.seed), cfg.solver.budget, grpo=cfg.grpo,
             states=cfg.states, tasks=cfg.tasks, sandbox=cfg.sandbox, reward=cfg.reward, prompt=cfg.prompt,
             seed=cfg.seed, first_step=cfg.sft_steps, sync_dtype=cfg.model.param_dtype,
             sync_dir=cfg.rollout.sync_dir or os.path.join(cfg.run_dir, "sync"),
@@ -350,15 +352,15 @@ class Trainer:
         if length > g.max_len:
             raise ValueError(f"a rollout has {length} tokens (bucketed), over grpo.max_len={g.max_len}")
         seqs = pack(seqs_prompts, seqs_completions, length, self.pad_id)
-        old = self._logprobs(self.model, seqs, g.temperature, B)
-        ref = self._logprobs(self.ref_model, seqs, g.temperature, B) if cfg.loss.beta > 0 else np.zeros_like(old)
+        old = self._logprobs(self.model, seqs, g.sampling.temperature, B)
+        ref = self._logprobs(self.ref_model, seqs, g.sampling.temperature, B) if cfg.loss.beta > 0 else np.zeros_like(old)
         gap_sum, gap_n = dist.allgather(_sampler_gap(old, batch.sampler_logprobs, seqs_prompts)).sum(axis=0)
         # The sampler's log-probs where the truncated importance weight reads them; else unused.
         sampler = old if not cfg.loss.tis_cap else place_completion_logprobs(
             batch.sampler_logprobs, [len(p) for p in seqs_prompts], [len(c) for c in seqs_completions], old)
         seqs = dataclasses.replace(seqs, loss_mask=seqs.loss_mask * keep[rows][:, None].astype(np.float32))
         train_batch = self._micro(seqs, adv, old, ref, sampler, g.micro_batches)
-        loss_cfg = dataclasses.replace(cfg.loss, mode="grpo", temperature=g.temperature)
+        loss_cfg = dataclasses.replace(cfg.loss, mode="grpo", temperature=g.sampling.temperature)
         t2 = time.perf_counter()
         # grpo.mu updates on this one batch; `old` (the policy before the first) stays their reference.
         m = mean_metrics([self._train(train_batch, loss_cfg, B) for _ in range(g.mu)])

@@ -1,6 +1,6 @@
 """Continuous batching: rows join a running batch of decode slots between chunks and leave when done.
 
-A `Batcher` owns one `DecodeState` (`hljax.generate.engine`): `max_batch` slots at most, a cache
+A `Batcher` owns one `DecodeState` (`hljax.generate.steps`): `max_batch` slots at most, a cache
 length and a token buffer, each grown to a bucket when a joining row needs more, dropped when the
 batch empties (so the next batch is sized to its own rows). Each `step()`:
 1. admits waiting rows, first come first served, into free slots: the distinct prompts among them are
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import logging
 from typing import Sequence
 
@@ -28,9 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from hljax import sharding as shd
-from hljax.generate import engine as eng
-from hljax.generate.engine import DecodeState, Engine, Output, Request, RowParams
-from hljax.models import qwen3
+from hljax.generate import steps
+from hljax.generate.steps import DecodeState, Output, Request, RowParams
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +72,8 @@ class _Prefill:
 class Batcher:
     """The continuous batch of one engine; not thread-safe (one thread drives it)."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine):
+        """`engine`: an `hljax.generate.engine.Engine`, through its public methods only."""
         self.engine = engine
         self.chunks = 0  # Decode chunks run: the clock of Output.joined_at / finished_at.
         self._waiting: collections.deque[_Row] = collections.deque()
@@ -120,7 +119,7 @@ class Batcher:
             if self._weights is None or weights[1] is not self._weights[1]:
                 # The weights a swap or packing replaced are unreferenced by now (unlike in set_model,
                 # whose caller still holds the model it passed): return their pages to the OS.
-                eng.return_freed_memory()
+                steps.return_freed_memory()
             self._weights = weights
         ecfg = self.engine.config
         want = self.active + len(self._waiting)
@@ -162,7 +161,7 @@ class Batcher:
         graphdef, params = self._weights[0], self._weights[1]
         # device_put, not jnp.asarray: the latter compiles (and keeps) a program per host array shape.
         tokens, positions, kv_valid = jax.device_put((tokens, positions, kv_valid))
-        cache, logits = eng._prefill(graphdef, params, tokens, positions, kv_valid,
+        cache, logits = steps.prefill(graphdef, params, tokens, positions, kv_valid,
                                      jnp.dtype(self.engine.model_config.dtype))
         n = sum(map(len, distinct))
         self.engine.count(prompt_tokens_prefilled=n, prefills=1)
@@ -185,22 +184,22 @@ class Batcher:
         S = max(self.engine.length_bucket(w + m) for w, m in rows)
         M = self.engine.length_bucket(max(m for _, m in rows))
         if st is None or not self.active:
-            self._st = eng.empty_state(self.engine.model_config, B, S, M, ecfg.max_stop_ids)
+            self._st = steps.empty_state(self.engine.model_config, B, S, M, ecfg.max_stop_ids)
         else:
             old_B, old_S = st.kv_valid.shape
             S, M = max(S, old_S), max(M, st.tokens.shape[1])
             if (B, S, M) != (old_B, old_S, st.tokens.shape[1]):
-                self._st = _grow(st, B, S, M)
+                self._st = steps.grow(st, B, S, M)
         self._slots += [None] * (B - len(self._slots))
 
     def _insert(self, pre: _Prefill, group: list[tuple[int, _Row]]) -> None:
-        R = eng.bucket(len(group), 1)
+        R = steps.bucket(len(group), 1)
         B = len(self._slots)
         ecfg = self.engine.config
         src = np.zeros(R, np.int32)
         dst = np.full(R, B, np.int32)  # Padding entries point past the last slot: dropped.
         params = {k: [] for k in RowParams.__dataclass_fields__}
-        stop_ids = np.full((R, ecfg.max_stop_ids), eng.NO_STOP, np.int32)
+        stop_ids = np.full((R, ecfg.max_stop_ids), steps.NO_STOP, np.int32)
         for r, (slot, row) in enumerate(group):
             sp = row.request.sampling
             src[r], dst[r] = pre.row[row.request.prompt_ids], slot
@@ -216,7 +215,7 @@ class Batcher:
                       top_p=np.float32, max_new=np.int32, min_new=np.int32)
         rows = RowParams(**{k: np.asarray(v + [0] * pad, dtypes[k]) for k, v in params.items() if k != "stop_ids"},
                          stop_ids=stop_ids)
-        self._st = eng._insert(self._weights[2], self._st, pre.cache, pre.logits, pre.kv_valid,
+        self._st = steps.insert(self._weights[2], self._st, pre.cache, pre.logits, pre.kv_valid,
                                *jax.device_put((src, dst, rows)))
 
     # -- decoding --
@@ -227,15 +226,15 @@ class Batcher:
 
     def _run_chunk(self) -> None:
         graphdef, params, kernels, _ = self._weights
-        self._st = eng._decode_chunk(graphdef, params, kernels, self._st, self.engine.config.decode_chunk)
+        self._st = steps.decode_chunk(graphdef, params, kernels, self._st, self.engine.config.decode_chunk)
         self.chunks += 1
         self.engine.count(decode_chunks=1)
         if self.engine.tokenizer is not None and any(s and s.request.sampling.stop for s in self._slots):
-            toks, done, steps = np.asarray(self._st.tokens), np.asarray(self._st.done), np.asarray(self._st.steps)
+            toks, done, n = np.asarray(self._st.tokens), np.asarray(self._st.done), np.asarray(self._st.steps)
             hits = np.zeros(len(self._slots), bool)
             for b, s in enumerate(self._slots):
                 if s is not None and s.request.sampling.stop and not done[b]:
-                    hits[b] = self.engine.stop_string_hit(toks[b, : steps[b]].tolist(), s.request.sampling.stop)
+                    hits[b] = self.engine.stop_string_hit(toks[b, : n[b]].tolist(), s.request.sampling.stop)
             if hits.any():
                 self._st = self._st.replace(done=self._st.done | jax.device_put(hits))
 
@@ -246,10 +245,10 @@ class Batcher:
         finished = [b for b, s in enumerate(self._slots) if s is not None and done[b]]
         completed = []
         if finished:
-            toks, lps, steps = np.asarray(self._st.tokens), np.asarray(self._st.logprobs), np.asarray(self._st.steps)
+            toks, lps, n = np.asarray(self._st.tokens), np.asarray(self._st.logprobs), np.asarray(self._st.steps)
             for b in finished:
                 row = self._slots[b]
-                out = self.engine.finish(toks[b, : steps[b]], lps[b, : steps[b]], row.request)
+                out = self.engine.finish(toks[b, : n[b]], lps[b, : n[b]], row.request)
                 row.ticket.outputs[row.index] = dataclasses.replace(out, joined_at=row.joined_at,
                                                                     finished_at=self.chunks)
                 row.ticket.weight_version = self._weights[3]
@@ -257,44 +256,11 @@ class Batcher:
                 self._slots[b] = None
                 if row.ticket.done:
                     completed.append(row.ticket)
-            self.engine.count(rows=len(finished), generated_tokens=int(steps[finished].sum()))
+            self.engine.count(rows=len(finished), generated_tokens=int(n[finished].sum()))
         if not self.active:
             self._st, self._slots = None, []  # The next batch is sized to its own rows.
             # The batch's cache and XLA's temporaries are freed now, but glibc would keep their pages:
             # an idle server would stay resident at its largest batch (0.6B bf16, B = 8: 2.04 GB after a
             # generate, 1.60 GB after a trim, for 1.31 GB of weights + KV cache).
-            eng.return_freed_memory()
+            steps.return_freed_memory()
         return completed
-
-
-@functools.partial(jax.jit, static_argnums=(1, 2, 3))
-def _grow(st: DecodeState, B: int, S: int, M: int) -> DecodeState:
-    """st with B slots, cache length S and M token columns; the new slots are free. One program, not
-    an eager pad per array (see `engine.empty_state`)."""
-    old_B, old_S = st.kv_valid.shape
-    old_M = st.tokens.shape[1]
-
-    def pad(x, axes: dict[int, int], value=0):
-        widths = [(0, axes.get(a, 0)) for a in range(x.ndim)]
-        return jnp.pad(x, widths, constant_values=value)
-
-    db, ds, dm = B - old_B, S - old_S, M - old_M
-
-    def grow_cache(c):
-        if isinstance(c, qwen3.LayerCache):
-            return jax.tree.map(lambda a: pad(a, {0: db, 2: ds}), c)
-        return jax.tree.map(lambda a: pad(a, {0: db}), c)
-
-    p = st.params
-    return DecodeState(
-        cache=[grow_cache(c) for c in st.cache],
-        last=pad(st.last, {0: db}),
-        steps=pad(st.steps, {0: db}, 1),
-        width=pad(st.width, {0: db}, 1),
-        tokens=pad(st.tokens, {0: db, 1: dm}),
-        logprobs=pad(st.logprobs, {0: db, 1: dm}),
-        done=pad(st.done, {0: db}, True),
-        kv_valid=pad(st.kv_valid, {0: db, 1: ds}, True),  # Generated tokens' slots are real.
-        params=RowParams(**{k: pad(getattr(p, k), {0: db}, eng.NO_STOP if k == "stop_ids" else 0)
-                            for k in RowParams.__dataclass_fields__}),
-    )

@@ -1,27 +1,20 @@
-"""The teacher that proposes revisions for SFT data: any OpenAI-compatible chat endpoint, or SGLang.
+"""`OpenAIChatGenerator`: chat over any OpenAI-compatible `/v1/chat/completions` endpoint (OpenAI,
+vLLM, SGLang, our embedded server), the SFT collector's teacher.
 
-`OpenAIChatGenerator` speaks `/v1/chat/completions` (OpenAI, vLLM, SGLang, our embedded server):
-the endpoint applies its own chat template, so no tokenizer is needed here. `SGLangGenerator`
-(hljax.generate.client) covers SGLang's native `/generate` with a local tokenizer. Both offer
+The endpoint applies its own chat template, so no tokenizer is needed here. `SGLangGenerator`
+(hljax/generate/client.py) covers SGLang's native `/generate` with a local tokenizer. Both offer
 `chat(conversations, sampling, n=...)`, the only call the collector makes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import logging
 import os
 import re
-import time
-import urllib.error
-import urllib.request
 from typing import Any, Protocol, Sequence
 
-from hljax.generate.client import ClientConfig, ServerError
+from hljax.generate.http import ClientConfig, ServerError, request_json
 from hljax.generate.types import Completion, Message, SamplingParams
-
-log = logging.getLogger(__name__)
 
 # A thinking model's reasoning, when the endpoint leaves it in the content: not part of the edit.
 _THINK = re.compile(r"^\s*<think>.*?</think>\s*", flags=re.DOTALL)
@@ -51,29 +44,8 @@ class OpenAIChatGenerator:
         self.config = config
 
     def _post(self, path: str, body: dict) -> Any:
-        data = json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.options.api_key:
-            headers["Authorization"] = f"Bearer {self.options.api_key}"
-        delay, attempts = self.config.backoff_s, 1 + self.config.max_retries
-        for attempt in range(attempts):
-            req = urllib.request.Request(self.url + path, data=data, method="POST", headers=headers)
-            try:
-                with urllib.request.urlopen(req, timeout=self.config.timeout_s) as resp:
-                    return json.loads(resp.read())
-            except urllib.error.HTTPError as e:
-                detail = e.read().decode(errors="replace")[:2000]
-                if e.code < 500 and e.code != 429:  # 429: rate limited, worth waiting for.
-                    raise ServerError(f"{self.url}{path}: HTTP {e.code}: {detail}") from None
-                why = f"HTTP {e.code}: {detail}"
-            except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
-                why = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
-            if attempt + 1 < attempts:
-                log.warning("%s%s failed (%s); retry %d/%d in %.1fs", self.url, path, why, attempt + 1,
-                            attempts - 1, delay)
-                time.sleep(delay)
-                delay = min(delay * 2, self.config.max_backoff_s)
-        raise ServerError(f"{self.url}{path}: failed after {attempts} attempt(s): {why}")
+        headers = {"Authorization": f"Bearer {self.options.api_key}"} if self.options.api_key else {}
+        return request_json(self.url + path, "POST", body, config=self.config, headers=headers)
 
     def chat(self, conversations: Sequence[Sequence[Message]], sampling: SamplingParams, *, n: int = 1,
              return_logprobs: bool = False, enable_thinking: bool = False) -> list[list[Completion]]:

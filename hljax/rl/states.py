@@ -33,7 +33,8 @@ import json
 import os
 from typing import Literal, Sequence
 
-from hljax.generate.types import Generator
+from hljax.config import FLAT
+from hljax.generate.types import Generator, Sampling, SamplingOverride
 from hljax.harness.history import HistoryEntry, make_entry
 from hljax.harness.prompts import PromptConfig
 from hljax.loop import records as rec
@@ -52,13 +53,9 @@ class StatesSpec:
     rounds: int = 2  # offline: revision rounds per task at a refresh.
     proposals: int = 4  # offline: candidates per refresh round.
     scoring_questions: int = 8  # offline: the refresh runs' scoring set.
-    # offline: proposer sampling at a refresh. None: the training proposals' (grpo.max_new_tokens,
-    # temperature, top_p, top_k; RunConfig resolves them), so refreshed states are revisions the
-    # proposer makes under training's budget, not more often truncated ones.
-    max_new_tokens: int | None = None
-    temperature: float | None = None  # offline: refresh sampling temperature (None: grpo.temperature).
-    top_p: float | None = None  # offline: refresh nucleus sampling (None: grpo.top_p).
-    top_k: int | None = None  # offline: refresh top-k (None: grpo.top_k).
+    # offline: the proposer's sampling at a refresh; None follows grpo's (RunConfig resolves it), so
+    # refreshed states are revisions the proposer makes under training's budget.
+    refresh: SamplingOverride = dataclasses.field(default=SamplingOverride(), metadata={FLAT: True})
     keep_seeds: bool = True  # offline: seed-harness states stay in the pool.
     max_depth: int = 4  # online: revisions before a chain restarts from a seed.
 
@@ -141,20 +138,19 @@ class StatePool:
 
     def refresh(self, phase: int, proposer: Generator, progress=None) -> list[Entry]:
         """Rebuild the pool for `phase` with the proposer as it is now; reuses stored runs."""
-        sampling = {k: getattr(self.spec, k) for k in ("max_new_tokens", "temperature", "top_p", "top_k")}
-        unset = [k for k, v in sampling.items() if v is None]
+        unset = [k for k, v in dataclasses.asdict(self.spec.refresh).items() if v is None]
         if unset:
             raise ValueError(f"states.{unset} unset: a run resolves them to grpo's sampling (RunConfig)")
         cfg = AdaptConfig(rounds=self.spec.rounds, proposals=self.spec.proposals, policy="best_of_g",
-                          scoring_questions=self.spec.scoring_questions, enable_thinking=self.enable_thinking,
-                          **sampling)
+                          scoring_questions=self.spec.scoring_questions,
+                          sampling=Sampling(**dataclasses.asdict(self.spec.refresh)))
         entries = [Entry(i, self.seed_harness, "seed") for i in range(len(self.tasks))] if self.spec.keep_seeds else []
         seen = {(e.task, e.harness) for e in entries}
         for i, task in enumerate(self.tasks):
             name = task.name.replace("/", "_")
             store = rec.RunStore(os.path.join(self.directory, f"phase{phase}", name))
-            rounds = run_adaptation(task, self.seed_harness, proposer, self.pool, cfg, store,
-                                    seed=self.seed, run_index=phase, prompt=self.prompt)
+            rounds = run_adaptation(task, self.seed_harness, proposer, self.pool, cfg, store, seed=self.seed,
+                                    run_index=phase, prompt=self.prompt, enable_thinking=self.enable_thinking)
             for k, r in enumerate(rounds):
                 if r.selected != rec.SEED_ID and (i, code := store.harness(r.selected)) not in seen:
                     seen.add((i, code))
