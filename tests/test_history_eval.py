@@ -11,7 +11,7 @@ import pytest
 
 from configs import adapt_tiny
 from hljax.config import ConfigError
-from hljax.generate import endpoints
+from hljax import endpoints
 from hljax.harness import history as hh
 from hljax.loop import evaluate, html_report
 from hljax.loop import records as rec

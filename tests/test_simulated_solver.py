@@ -8,7 +8,7 @@ import pytest
 
 from configs import tiny
 from hljax.config import ConfigError
-from hljax.generate.endpoints import GeneratorSpec
+from hljax.endpoints import GeneratorSpec
 from hljax.generate.types import SamplingParams
 from hljax.rl.run_config import RunConfig
 from hljax.tasks.formats import FORMATS
