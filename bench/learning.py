@@ -2,7 +2,8 @@
 report and the harness can win (issue 33), with the simulated solver (a stand-in for an LLM).
 
 Each family has its own weaknesses (hljax/tasks/bottlenecks.py), each with its own symptom in the
-report and its own fix. For each seed the tiny default (configs/tiny.py) trains: SFT on generated
+report and its own fix. For each seed `--config` (the tiny default, configs/tiny.py; configs/learning.py
+with `--sft-rounds 80` for the longer recipe) trains: SFT on generated
 edits of many harness shapes with the fix drawn uniformly (the *base* proposer: knows the format,
 not which fix to pick), then GRPO on the 5 RL families (the *RL* proposer). Then, on the RL families
 and on the 21 held-out families, same questions for every row:
@@ -17,6 +18,7 @@ best set of fixes in one edit beside it); and the **per-family oracle**: the bes
 best set of fixes for each family (upper bounds, chosen on the held-out questions).
 
     python bench/learning.py --seeds 0,1,2 [--write] [--out runs/bench_learning]
+    python bench/learning.py --config configs/learning.py --sft-rounds 80 --out runs/bench_learning_long
 
 Everything is resumable: a finished training run or evaluation is reused when its files exist.
 `--write` puts the table in docs/benchmarks.md and the per-family plot in docs/learning_families.png.
@@ -42,12 +44,25 @@ MARK_END = "<!-- bench/learning.py: end -->"
 ROLES = {"rl": "5 RL families", "heldout": "21 held-out families"}
 
 
-def train(seed: int, out: str, extra: list[str]) -> tuple[str, float | None]:
-    """The tiny default for `seed`; -> (run dir, wall seconds, None when an earlier run is reused)."""
+def sft_data(out: str, rounds: int) -> list[str]:
+    """--config overrides that train on `rounds` generated rows per SFT family (made once in `out`);
+    none for 0 (the config's own data)."""
+    if not rounds:
+        return []
+    path = os.path.join(out, f"sft-{rounds}rounds.jsonl")
+    if not os.path.exists(path):
+        cmd = [sys.executable, "scripts/make_sft_tiny.py", "--rounds", str(rounds), "--seed", "1", "--out", path]
+        print("$", " ".join(cmd), flush=True)
+        subprocess.run(cmd, cwd=ROOT, check=True)
+    return [f"--config.sft.data={path}"]
+
+
+def train(seed: int, out: str, config: str, extra: list[str]) -> tuple[str, float | None]:
+    """`config` for `seed`; -> (run dir, wall seconds, None when an earlier run is reused)."""
     run_dir = os.path.join(out, f"train-seed{seed}")
     seconds = None
     if not os.path.exists(os.path.join(run_dir, "export", "config.json")):
-        cmd = [sys.executable, "-m", "launch.train", "--config", "configs/tiny.py", f"--config.seed={seed}",
+        cmd = [sys.executable, "-m", "launch.train", "--config", config, f"--config.seed={seed}",
                f"--config.run_dir={run_dir}", "--config.export.after_sft=True", *extra]
         print("$", " ".join(cmd), flush=True)
         t = time.time()
@@ -85,6 +100,30 @@ def eval_config(seed: int, role: str, protocol: str, name: str, proposers: tuple
         c.adapt.runs = 1
         c.adapt.policy = "keep_if_better"
     return EvalRunConfig.from_config(c)
+
+
+def own_fix_rates(cfg) -> dict[str, float]:
+    """Single step: per proposer, the share of its proposals whose harness gained a fix of the weaknesses
+    its family has (hljax/tasks/bottlenecks.py), over all proposals, invalid ones included. Chance for a
+    valid proposal that picks one fix uniformly whatever the report shows: 1/5 on the RL families,
+    0.30 on the held-out ones (none, one or two weaknesses each)."""
+    from hljax.data import harness_fixes as hf
+    from hljax.loop import records as rec
+    from hljax.tasks import bottlenecks
+
+    out = {}
+    for entry in cfg.proposers:
+        hits = total = 0
+        for task in os.listdir(os.path.join(cfg.run_dir, entry.label)):
+            store = rec.RunStore(os.path.join(cfg.run_dir, entry.label, task, "single"))
+            need = set(bottlenecks.kinds(task.replace("_", "/", 1)))
+            for r in store.rounds():
+                for cand in r.candidates:
+                    total += 1
+                    added = hf.fixes_in(store.harness(cand.id)) if cand.has_code else set()
+                    hits += bool(added & need)
+        out[entry.label] = hits / max(total, 1)
+    return out
 
 
 def evaluate(cfg) -> tuple[dict, dict]:
@@ -221,22 +260,29 @@ def main():
     parser.add_argument("--scoring-questions", type=int, default=8)
     parser.add_argument("--roles", default="rl,heldout")
     parser.add_argument("--write", action="store_true", help="replace the table in docs/benchmarks.md")
+    parser.add_argument("--config", default="configs/tiny.py", help="the training config (configs/learning.py: "
+                        "the longer recipe, with --sft-rounds 80)")
+    parser.add_argument("--sft-rounds", type=int, default=0, help="train on this many generated SFT rows per "
+                        "family (scripts/make_sft_tiny.py --rounds), made in --out; 0: the config's data")
     parser.add_argument("train_args", nargs="*", help="extra --config.* overrides for training")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     roles = args.roles.split(",")
     t0 = time.time()
     runs, walls, rises = {}, [], []
+    os.makedirs(args.out, exist_ok=True)
+    extra = sft_data(args.out, args.sft_rounds) + args.train_args
     for seed in seeds:  # Every training run first: they are also the tiny default's 3-seed check.
-        runs[seed], seconds = train(seed, args.out, args.train_args)
+        runs[seed], seconds = train(seed, args.out, args.config, extra)
         rises.append(grpo_rise(runs[seed]))
         walls.append(seconds)
-        print(f"seed {seed}: tiny default {'reused' if seconds is None else f'{seconds / 60:.1f} min'}; "
+        print(f"seed {seed}: {args.config} {'reused' if seconds is None else f'{seconds / 60:.1f} min'}; "
               f"GRPO score/mean first quarter {rises[-1][0]:.3f} -> last quarter {rises[-1][1]:.3f}", flush=True)
     # (role, protocol, "mean" | "oracle") -> row -> task -> [per seed]; a row's headline is its mean over tasks.
     cells: dict = {}
     fails: dict = {}
     chosen: dict = {}  # (role, fixed row) -> the fixes it applied, per seed
+    own: dict = {}  # (role, proposer row) -> own-fix rate of its single-step proposals, per seed
     for seed in seeds:
         run_dir = runs[seed]
         for role in roles:
@@ -249,6 +295,10 @@ def main():
                 table["rl, empty report"] = ablation["rl"]
                 failures["rl, empty report"] = ablation_failures.get("rl", {})
                 if protocol == "single":
+                    rates = own_fix_rates(full)
+                    rates["rl, empty report"] = own_fix_rates(empty)["rl"]
+                    for label, rate in rates.items():
+                        own.setdefault((role, label), []).append(rate)
                     fixed, names = fixed_rows(fixed_edit_scores(full, os.path.join(args.out,
                                                                                    f"fixed-seed{seed}-{role}.json")))
                     table.update({k: {t: (v, v) for t, v in d.items()} for k, d in fixed.items()})
@@ -278,7 +328,7 @@ def main():
     lines = [
         f"Measured with the **simulated solver** (hljax/tasks/simulated_solver.py, a stand-in for an LLM on CPU; "
         f"not a real model's scores; each family's weaknesses: hljax/tasks/bottlenecks.py, fixed before any "
-        f"held-out score was measured), the tiny proposer of configs/tiny.py, seeds {seeds}: mean ± standard "
+        f"held-out score was measured), the tiny proposer trained by {args.config}, seeds {seeds}: mean ± standard "
         f"deviation over seeds of the mean over families. {args.eval_questions} held-out questions per family; "
         f"`python bench/learning.py {' '.join(sys.argv[1:])}` ({minutes:.0f} min on 2 CPU cores, "
         f"{time.strftime('%Y-%m-%d')}).",
@@ -295,6 +345,9 @@ def main():
                          f"{spread(headline(role, 'single', label, 'oracle')) if proposer else '–'} | {spread(rounds)} |")
     lines += ["", "The fixed-edit rows apply, per seed: " + "; ".join(
         f"{ROLES[role]}, {k}: {', '.join(v)}" for (role, k), v in chosen.items()) + "."]
+    lines += ["", "Single step, share of proposals that add a fix of a weakness the family has (own-fix rate; "
+              "`harness_fixes.fixes_in`; chance for a uniform pick 0.20 on RL families, 0.30 held-out): "
+              + "; ".join(f"{ROLES[role]}, {label}: {spread(v)}" for (role, label), v in own.items()) + "."]
     lines += ["", "Proposals whose edit did not apply, per round of the 5-round runs (all seeds; "
               "SpanNotFound counted on revised harnesses, i.e. rounds whose parent is not the seed):", ""]
     for (role, label), per_round in sorted(fails.items()):
@@ -306,9 +359,9 @@ def main():
                 part += f", SpanNotFound {c['span_not_found']}/{c['revised']} on revised"
             parts.append(part)
         lines.append(f"- {ROLES[role]}, {label}: " + "; ".join(parts))
-    lines += ["", "GRPO of the tiny default, `score/mean` of the sampled candidates (first quarter of GRPO steps "
+    lines += ["", f"GRPO of {args.config}, `score/mean` of the sampled candidates (first quarter of GRPO steps "
               "-> last quarter): " + "; ".join(f"seed {s}: {a:.3f} -> {b:.3f}" for s, (a, b) in zip(seeds, rises))
-              + ". Wall time of each tiny default run: "
+              + ". Wall time of each training run: "
               + ", ".join("reused" if w is None else f"{w / 60:.1f} min" for w in walls) + "."]
     table = "\n".join(lines)
     print("\n" + table)

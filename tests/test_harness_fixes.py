@@ -72,3 +72,14 @@ def test_the_quote_copies_the_first_answer_the_report_shows():
     completion = hf.fix_completion(hf.Variant(), "format", report)
     assert completion.startswith("The report shows: Harness answer: Quick answer:")
     assert isinstance(candidate(seeds.load("reasoning"), completion), edits.Applied)
+
+
+def test_the_fixes_a_harness_carries_are_read_off_its_text():
+    rng = random.Random(3)
+    for _ in range(300):
+        v = hf.random_variant(rng)
+        assert hf.fixes_in(hf.render(v)) == set(v.fixes), v
+    assert hf.fixes_in(seeds.load("reasoning")) == set()
+    # Each kind alone, in the seed's names: its own signature and no other.
+    for kind in hf.KINDS:
+        assert hf.fixes_in(hf.render(hf.Variant(fixes=(kind,)))) == {kind}

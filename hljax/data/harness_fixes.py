@@ -95,6 +95,21 @@ def render(v: Variant) -> str:
     return "\n".join(lines) + "\n"
 
 
+# A fix's text in any harness `render` writes, whatever its names and layout (`fixes_in`).
+SIGNATURES = {
+    "format": FORMAT_TEXT,
+    "truncation": "max_new_tokens=1024",
+    "careless": CHECK_TEXT,
+    "variance": "] * 5, temperature=1.0",
+    "buried": '.split("\\n\\nP.S.")[0]',
+}
+
+
+def fixes_in(code: str) -> set[str]:
+    """The fix kinds whose text `code` holds: what a proposal added is fixes_in(child) - fixes_in(parent)."""
+    return {kind for kind, text in SIGNATURES.items() if text in code}
+
+
 def edit_between(old: str, new: str) -> str:
     """One SEARCH/REPLACE block turning `old` into `new`: the changed lines, widened by a line at a
     time until the SEARCH text is non-empty and found once in `old`."""
