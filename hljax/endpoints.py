@@ -103,7 +103,7 @@ def _simulated(spec: GeneratorSpec, mesh, tokenizer, name: str) -> Opened:
 def _sglang(spec: GeneratorSpec, mesh, tokenizer, name: str) -> Opened:
     if spec.api == "openai":  # Any compatible endpoint (api.openai.com has no /health); it renders the template.
         return Opened(_client(spec, spec.url, None))
-    probe = SGLangGenerator(spec.url, tokenizer, ClientConfig(timeout_s=spec.timeout_s))
+    probe = _client(spec, spec.url, tokenizer)
     probe.wait_until_ready(WAIT_S, name=name)
     if tokenizer is None:
         tokenizer_path = spec.path or probe.model_info().get("model_path", "")

@@ -43,8 +43,7 @@ class SamplingOverride:
     top_k: int | None = None  # Top-k, -1 off (None: the followed block's).
 
     def following(self, base: Sampling) -> Sampling:
-        return Sampling(**{k: base_v if v is None else v for (k, v), base_v in
-                           zip(dataclasses.asdict(self).items(), dataclasses.asdict(base).values())})
+        return Sampling(**{k: getattr(base, k) if v is None else v for k, v in dataclasses.asdict(self).items()})
 
 
 def _check_sampling(max_new_tokens: int, temperature: float, top_p: float, top_k: int) -> None:
