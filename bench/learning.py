@@ -102,21 +102,22 @@ def eval_config(seed: int, role: str, protocol: str, name: str, proposers: tuple
     return EvalRunConfig.from_config(c)
 
 
-def own_fix_rates(cfg) -> dict[str, float]:
+def own_fix_rates(cfg, tasks) -> dict[str, float]:
     """Single step: per proposer, the share of its proposals whose harness gained a fix of the weaknesses
     its family has (hljax/tasks/bottlenecks.py), over all proposals, invalid ones included. Chance for a
     valid proposal that picks one fix uniformly whatever the report shows: 1/5 on the RL families,
     0.30 on the held-out ones (none, one or two weaknesses each)."""
     from hljax.data import harness_fixes as hf
     from hljax.loop import records as rec
+    from hljax.loop.evaluate import task_dir
     from hljax.tasks import bottlenecks
 
     out = {}
     for entry in cfg.proposers:
         hits = total = 0
-        for task in os.listdir(os.path.join(cfg.run_dir, entry.label)):
-            store = rec.RunStore(os.path.join(cfg.run_dir, entry.label, task, "single"))
-            need = set(bottlenecks.kinds(task.replace("_", "/", 1)))
+        for task in tasks:
+            store = rec.RunStore(os.path.join(cfg.run_dir, entry.label, task_dir(task), "single"))
+            need = set(bottlenecks.kinds(task.name))
             for r in store.rounds():
                 for cand in r.candidates:
                     total += 1
@@ -126,24 +127,22 @@ def own_fix_rates(cfg) -> dict[str, float]:
     return out
 
 
-def evaluate(cfg) -> tuple[dict, dict]:
+def evaluate(cfg, tasks) -> tuple[dict, dict]:
     """-> ({label: {task: (mean, oracle)}}, {label: per-round failure counts}) of one evaluation."""
     from hljax.loop import evaluate as ev
     from hljax.loop import records as rec
 
-    from hljax.tasks.suite import build_tasks
-
     if not os.path.exists(os.path.join(cfg.run_dir, "results.csv")):
         ev.run(cfg)
     rows: dict[str, dict[str, tuple[float, float]]] = {}
-    for r in ev.collect_results(cfg, build_tasks(cfg.tasks, cfg.seed)):
+    for r in ev.collect_results(cfg, tasks):
         rows.setdefault(r.label, {})[r.task] = (r.mean, r.oracle)
     failures = {}
     if cfg.evaluation.protocol == "rounds":
         for entry in cfg.proposers:
             per_round = {}
-            for task in os.listdir(os.path.join(cfg.run_dir, entry.label)):
-                for r in rec.RunStore(os.path.join(cfg.run_dir, entry.label, task, "run0")).rounds():
+            for task in tasks:
+                for r in rec.RunStore(os.path.join(cfg.run_dir, entry.label, ev.task_dir(task), "run0")).rounds():
                     c = per_round.setdefault(r.round, {"proposals": 0, "invalid": 0, "revised": 0, "span_not_found": 0})
                     for cand in r.candidates:
                         c["proposals"] += 1
@@ -155,7 +154,7 @@ def evaluate(cfg) -> tuple[dict, dict]:
     return rows, failures
 
 
-def fixed_edit_scores(cfg, path: str) -> dict[str, dict[str, float]]:
+def fixed_edit_scores(cfg, tasks, path: str) -> dict[str, dict[str, float]]:
     """Held-out score of the seed harness with every set of fixes, per task: {fixes: {task: mean}},
     on the evaluation's own questions and solver. Cached in `path`."""
     if os.path.exists(path):
@@ -165,7 +164,6 @@ def fixed_edit_scores(cfg, path: str) -> dict[str, dict[str, float]]:
     from hljax.endpoints import Endpoint, solver_spec
     from hljax import sharding as shd
     from hljax.tasks.jobs import run_codes
-    from hljax.tasks.suite import build_tasks
     from sandbox.pool import SandboxPool
 
     sets = [c for n in range(len(hf.KINDS) + 1) for c in itertools.combinations(hf.KINDS, n)]
@@ -173,7 +171,7 @@ def fixed_edit_scores(cfg, path: str) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {"+".join(s) or "seed": {} for s in sets}
     with Endpoint(solver_spec(cfg.solver, cfg.solver_path, cfg.seed), shd.make_mesh(cfg.mesh), name="solver") as solver, \
             SandboxPool(cfg.sandbox, solver.generator, cfg.solver.budget) as pool:
-        for task in build_tasks(cfg.tasks, cfg.seed):
+        for task in tasks:
             results = run_codes(pool, task, codes, task.take("eval", cfg.evaluation.eval_questions))
             for s, rs in zip(sets, results):
                 out["+".join(s) or "seed"][task.name] = statistics.fmean(r.score or 0.0 for r in rs)
@@ -253,6 +251,8 @@ def plot_families(per_task: dict, path: str) -> None:
 
 
 def main():
+    from hljax.tasks.suite import build_tasks
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--out", default="runs/bench_learning")
@@ -290,16 +290,17 @@ def main():
                 full = eval_config(seed, role, protocol, "full", (f"base={run_dir}/export-sft", f"rl={run_dir}/export"),
                                    "full", args)
                 empty = eval_config(seed, role, protocol, "empty", (f"rl={run_dir}/export",), "empty", args)
-                table, failures = evaluate(full)
-                ablation, ablation_failures = evaluate(empty)
+                tasks = build_tasks(full.tasks, full.seed)  # Both evaluations' (only the prompt differs).
+                table, failures = evaluate(full, tasks)
+                ablation, ablation_failures = evaluate(empty, tasks)
                 table["rl, empty report"] = ablation["rl"]
                 failures["rl, empty report"] = ablation_failures.get("rl", {})
                 if protocol == "single":
-                    rates = own_fix_rates(full)
-                    rates["rl, empty report"] = own_fix_rates(empty)["rl"]
+                    rates = own_fix_rates(full, tasks)
+                    rates["rl, empty report"] = own_fix_rates(empty, tasks)["rl"]
                     for label, rate in rates.items():
                         own.setdefault((role, label), []).append(rate)
-                    fixed, names = fixed_rows(fixed_edit_scores(full, os.path.join(args.out,
+                    fixed, names = fixed_rows(fixed_edit_scores(full, tasks, os.path.join(args.out,
                                                                                    f"fixed-seed{seed}-{role}.json")))
                     table.update({k: {t: (v, v) for t, v in d.items()} for k, d in fixed.items()})
                     for k, name in names.items():
