@@ -14,7 +14,7 @@ from hljax.generate.steps import decode_chunk
 from hljax.generate.types import SamplingParams
 from hljax.kernels import cpu_decode
 from hljax.mesh import MeshConfig
-from hljax.models import dense
+from hljax.models import ops
 from flax import nnx
 from tests import tiny, tiny_qwen3_5
 
@@ -180,7 +180,7 @@ def test_bf16_kernel_engine_agrees_with_the_bf16_xla_engine(tiny_untied):
     engines = [Engine(hf.load_hf(tiny_untied, mesh, dtype=jnp.bfloat16), mesh,
                       EngineConfig(max_batch=8, max_seq_len=128, cpu_kernels=mode)) for mode in ("on", "off")]
     assert engines[0].kernels and not engines[1].kernels
-    packed = [v for _, v in nnx.to_flat_state(engines[0]._params) if dense.packed_shape(v) is not None]
+    packed = [v for _, v in nnx.to_flat_state(engines[0]._params) if ops.packed_shape(v) is not None]
     assert packed and all(v[...].dtype == jnp.bfloat16 for v in packed)
     greedy = SamplingParams(max_new_tokens=12, temperature=0.0, stop_token_ids=())
     a, b = (e.generate([Request(p, greedy) for p in _prompts()]) for e in engines)
@@ -285,7 +285,7 @@ def test_decode_program_calls_the_kernels_only_when_on(untied_engines):
 def test_kernel_engine_holds_one_copy_of_the_weights(untied_engines):
     on, off = untied_engines
     bytes_of = lambda e: sum(v[...].nbytes for _, v in nnx.to_flat_state(e._params))  # noqa: E731
-    packed = [v for _, v in nnx.to_flat_state(on._params) if dense.packed_shape(v) is not None]
+    packed = [v for _, v in nnx.to_flat_state(on._params) if ops.packed_shape(v) is not None]
     assert packed and all(v[...].ndim == 1 for v in packed)
     # A packed weight adds less than one panel row of zeros to its own elements.
     extra = sum(cpu_decode.panel_width() * v[...].dtype.itemsize for v in packed)
@@ -353,13 +353,13 @@ def test_auto_on_a_sharded_mesh_uses_xla(tiny_untied):
     mesh = shd.make_mesh(MeshConfig(1, 2, 1), jax.devices()[:2])
     engine = Engine(hf.load_hf(tiny_untied, mesh), mesh, EngineConfig(cpu_kernels="auto"))
     assert engine.kernels is False
-    assert not any(dense.packed_shape(v) for _, v in nnx.to_flat_state(engine._params))
+    assert not any(ops.packed_shape(v) for _, v in nnx.to_flat_state(engine._params))
 
 
 def test_dense_without_packing_is_the_plain_matmul():
     w = nnx.Param(jnp.arange(2 * 3 * 4, dtype=jnp.float32).reshape(2, 3, 4), dense_in=2)
     x = jnp.ones((5, 1, 6), jnp.float32)
-    y = dense.dense(x, w)
+    y = ops.dense(x, w)
     assert y.shape == (5, 1, 4)
     np.testing.assert_allclose(np.asarray(y), np.ones((5, 1, 6)) @ np.arange(24.0).reshape(6, 4))
 

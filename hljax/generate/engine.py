@@ -38,7 +38,7 @@ from hljax.generate.batcher import Batcher
 from hljax.generate.steps import Output, Request, bucket  # noqa: F401 (Output: importers take it from here)
 from hljax.generate.types import FinishReason, SamplingParams
 from hljax.kernels import cpu_decode
-from hljax.models import dense, registry
+from hljax.models import ops, registry
 
 log = logging.getLogger(__name__)
 _LOGGED_CHOICES: set[str] = set()
@@ -112,7 +112,7 @@ class Engine:
         graphdef, params = nnx.split(model)
         if self._use_kernels(params):
             # The packed weights replace the originals: the engine holds one copy.
-            params = dense.pack_state(params, "embed")
+            params = ops.pack_state(params, "embed")
             graphdef = _fp32_activations(model.cfg, graphdef, self.mesh)
         with self._lock:
             self.model_config = model.cfg
@@ -130,7 +130,7 @@ class Engine:
             reason = "EngineConfig.cpu_kernels='off'"
         elif self.mesh.devices.size != 1:
             reason = f"the mesh has {self.mesh.devices.size} devices (the kernels run on one)"
-        elif not dense.kernel_weights(params):
+        elif not ops.kernel_weights(params):
             reason = "the model has no fp32 or bf16 projection weights"
         else:
             reason = cpu_decode.availability()

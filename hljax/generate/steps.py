@@ -21,7 +21,7 @@ from flax import nnx
 from hljax.generate.programs import program
 from hljax.generate.sampling import mask_tokens, row_keys, sample
 from hljax.generate.types import FinishReason, SamplingParams
-from hljax.models import dense, registry
+from hljax.models import ops, registry
 
 NO_STOP = -1
 
@@ -137,7 +137,7 @@ def insert(kernels: bool, st: DecodeState, cache, logits, kv_valid, src: jax.Arr
     """Rows join free slots: slot dst[r] takes prefilled prompt src[r] (cache [U, ., W, .], logits [U, V],
     kv_valid [U, W]) and samples its first token (step 0) with its own params. dst = B pads (skipped).
     kernels: the cache rows are copied in place by the CPU kernel."""
-    with dense.use_kernels() if kernels else contextlib.nullcontext():
+    with ops.use_kernels() if kernels else contextlib.nullcontext():
         return _insert_rows(st, cache, logits, kv_valid, src, dst, rows)
 
 
@@ -164,9 +164,9 @@ def _insert_rows(st: DecodeState, cache, logits, kv_valid, src, dst, rows: RowPa
 
 @program(static_argnums=(0, 2, 4), donate_argnums=(3,))
 def decode_chunk(graphdef, params, kernels: bool, st: DecodeState, n_steps: int) -> DecodeState:
-    """kernels: decode attention through the CPU kernel (params then hold `dense.pack_state` weights)."""
+    """kernels: decode attention through the CPU kernel (params then hold `ops.pack_state` weights)."""
     model = nnx.merge(graphdef, params)
-    with dense.use_kernels() if kernels else contextlib.nullcontext():
+    with ops.use_kernels() if kernels else contextlib.nullcontext():
         return _decode_loop(model, st, n_steps)
 
 

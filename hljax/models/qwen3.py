@@ -15,16 +15,14 @@ import numpy as np
 
 from hljax import sharding as shd
 from hljax.models.config import ModelConfig
-from hljax.models.dense import dense, kernel_attention, kernel_kv_write, kernel_logits, kernel_take
+from hljax.models import ops
+from hljax.models.ops import dense, embed_lookup
 from hljax.models.rope import apply_rope, cos_sin, inv_frequencies
-
-# Finite so fully masked rows (left padding) give a uniform softmax instead of NaN.
-_MASKED = -1e30
 
 
 def _param(rngs: nnx.Rngs, init, shape: tuple[int, ...], names: tuple[str | None, ...], dtype,
            dense_in: int | None = None) -> nnx.Param:
-    """dense_in: for a projection weight, how many leading dims `dense.dense` contracts."""
+    """dense_in: for a projection weight, how many leading dims `ops.dense` contracts."""
     value = nnx.with_partitioning(init, names)(rngs.params(), shape, dtype)
     return nnx.Param(value) if dense_in is None else nnx.Param(value, dense_in=dense_in)
 
@@ -51,63 +49,8 @@ def write_kv(cache: LayerCache, k: jax.Array, v: jax.Array, cache_index) -> Laye
     if jnp.ndim(cache_index) == 0:
         put = lambda c, x: jax.lax.dynamic_update_slice_in_dim(c, x.astype(c.dtype), cache_index, axis=2)  # noqa: E731
     else:
-        rows = jnp.arange(k.shape[0])
-
-        def put(c, x):
-            written = kernel_kv_write(c, x[:, :, 0], cache_index)
-            if written is None:
-                written = scatter_bits(c, (rows, slice(None), cache_index), x[:, :, 0].astype(c.dtype))
-            return written
+        put = lambda c, x: ops.write_slots(c, x[:, :, 0], cache_index)  # noqa: E731
     return LayerCache(put(cache.k, k), put(cache.v, v))
-
-
-def scatter_bits(a: jax.Array, index, values: jax.Array, mode: str | None = None) -> jax.Array:
-    """a.at[index].set(values, mode=mode), scattered as same-width integers: XLA:CPU scatters a bf16
-    array by converting all of it to fp32 and back (every decode step, the whole cache of every layer)."""
-    if a.dtype == jnp.float32:
-        return a.at[index].set(values, mode=mode)
-    bits = _bits_dtype(a)
-    out = jax.lax.bitcast_convert_type(a, bits).at[index].set(jax.lax.bitcast_convert_type(values, bits), mode=mode)
-    return jax.lax.bitcast_convert_type(out, a.dtype)
-
-
-def _bits_dtype(a: jax.Array):
-    """The unsigned integer type as wide as `a`'s elements (XLA moves those as raw bits, unconverted)."""
-    return jnp.dtype(f"uint{8 * a.dtype.itemsize}")
-
-
-def embed_lookup(embed: nnx.Variable, tokens: jax.Array, dtype) -> jax.Array:
-    """embed: the [V, D] table; tokens [B, T] -> rows [B, T, D] in `dtype`.
-
-    A 16-bit table is gathered as raw bits: XLA:CPU gathers bf16 by converting the whole table to
-    fp32 first, and hoists that copy out of the decode loop (0.62 GB held for the Qwen3-0.6B shape).
-    The bit-cast is itself a table-sized copy there (0.31 GB), so the engine's CPU kernels look rows
-    up directly (`dense.kernel_take`)."""
-    rows = kernel_take(embed, tokens)
-    if rows is not None:
-        return rows.astype(dtype)
-    table = embed[...]
-    if table.dtype == jnp.float32:
-        return jnp.take(table, tokens, axis=0).astype(dtype)
-    return _take_bits(table, tokens).astype(dtype)
-
-
-@jax.custom_vjp
-def _take_bits(table: jax.Array, tokens: jax.Array) -> jax.Array:
-    rows = jnp.take(jax.lax.bitcast_convert_type(table, _bits_dtype(table)), tokens, axis=0)
-    return jax.lax.bitcast_convert_type(rows, table.dtype)
-
-
-def _take_bits_fwd(table, tokens):
-    return _take_bits(table, tokens), (table, tokens)
-
-
-def _take_bits_bwd(res, g):
-    table, tokens = res  # The gradient of a gather, as jnp.take's would be.
-    return jnp.zeros(table.shape, g.dtype).at[tokens].add(g).astype(table.dtype), None
-
-
-_take_bits.defvjp(_take_bits_fwd, _take_bits_bwd)
 
 
 def decode_mask(kv_valid: jax.Array, cache_index, T: int, width: int) -> jax.Array:
@@ -177,18 +120,9 @@ class Attention(nnx.Module):
             if mask.shape[-1] != T:  # Decode: attend over the whole cache. Prefill: over the fresh keys.
                 k, v = cache.k, cache.v
 
-        # The kernel reads the cache in its stored dtype: a cast here would convert every slot each step.
-        out = kernel_attention(q, k, v, mask, cfg.head_dim**-0.5, jnp.max(cache_index) + T) if cache is not None else None
-        if out is None:
-            k, v = k.astype(x.dtype), v.astype(x.dtype)
-            q = q.reshape(B, T, cfg.num_kv_heads, cfg.num_groups, cfg.head_dim).transpose(0, 2, 3, 1, 4)  # [B, K, G, T, H]
-            scores = jnp.einsum("BKGTH,BKSH->BKGTS", q, k, preferred_element_type=jnp.float32)
-            scores = scores * (cfg.head_dim**-0.5)
-            scores = jnp.where(mask[:, None, None, :, :], scores, _MASKED)
-            probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-            out = jnp.einsum("BKGTS,BKSH->BKGTH", probs, v)  # [B, K, G, T, H]
-            out = out.transpose(0, 3, 1, 2, 4).reshape(B, T, cfg.num_heads * cfg.head_dim)
-        y = dense(out, self.o_proj)
+        filled = None if cache is None else jnp.max(cache_index) + T
+        out = ops.attention(q, k, v, mask, cfg.head_dim**-0.5, x.dtype, filled)
+        y = dense(out.reshape(B, T, -1), self.o_proj)
         if cfg.attention_bias:
             y = y + self.o_bias[...].astype(x.dtype)
         return y, cache
@@ -304,22 +238,9 @@ def remat_call(layer: nnx.Module, *args):
 
 
 def logits(model, h: jax.Array) -> jax.Array:
-    """h: [B, T, D] -> fp32 logits [B, T, V] of a Qwen3 or Qwen3.5 model (through the CPU kernels when the weights were prepared for them)."""
+    """h: [B, T, D] -> fp32 logits [B, T, V] of a Qwen3 or Qwen3.5 model."""
     tied = model.cfg.tie_word_embeddings
-    out = kernel_logits(h, model.embed if tied else model.lm_head)
-    if out is None:
-        return project(h, model.head_weight(), vocab_major=tied)
-    return shd.constrain(out, (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_VOCAB))
-
-
-def project(h: jax.Array, w: jax.Array, vocab_major: bool) -> jax.Array:
-    """h: [B, T, D], w: [V, D] (vocab_major, a tied embedding) or [D, V] -> logits [B, T, V] fp32.
-
-    The tied embedding is contracted in its own layout: transposing a 151k x D matrix every decode
-    step would cost more than the projection itself."""
-    eq = "BTD,VD->BTV" if vocab_major else "BTD,DV->BTV"
-    logits = jnp.einsum(eq, h, w.astype(h.dtype), preferred_element_type=jnp.float32)
-    return shd.constrain(logits, (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_VOCAB))
+    return ops.logits(h, model.embed if tied else model.lm_head, vocab_major=tied)
 
 
 def create(cfg: ModelConfig, mesh: jax.sharding.Mesh, seed: int = 0) -> Qwen3:

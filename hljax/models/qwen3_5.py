@@ -27,10 +27,10 @@ from flax import nnx
 
 from hljax import sharding as shd
 from hljax.models import gated_deltanet as gdn
+from hljax.models import ops
 from hljax.models.config import ModelConfig
-from hljax.models.dense import dense, kernel_attention
-from hljax.models.qwen3 import (_MASKED, MLP, LayerCache, _normal, _ones, _param, _zeros, decode_mask, embed_lookup,
-                                logits, remat_call, write_kv)
+from hljax.models.ops import dense, embed_lookup
+from hljax.models.qwen3 import MLP, LayerCache, _normal, _ones, _param, _zeros, decode_mask, logits, remat_call, write_kv
 from hljax.models.rope import apply_rope, cos_sin, inv_frequencies
 
 
@@ -121,18 +121,8 @@ class GatedAttention(nnx.Module):
             cache = write_kv(cache, k, v, cache_index)
             if mask.shape[-1] != T:  # Decode: attend over the whole cache. Prefill: over the fresh keys.
                 k, v = cache.k, cache.v
-        # The kernel reads the cache in its stored dtype: a cast here would convert every slot each step.
-        out = kernel_attention(q, k, v, mask, H**-0.5, jnp.max(cache_index) + T) if cache is not None else None
-        if out is not None:
-            out = out.reshape(B, T, cfg.num_heads, H)
-        else:
-            k, v = k.astype(x.dtype), v.astype(x.dtype)
-            G = cfg.num_groups
-            q = q.reshape(B, T, cfg.num_kv_heads, G, H).transpose(0, 2, 3, 1, 4)  # [B, K, G, T, H]
-            scores = jnp.einsum("BKGTH,BKSH->BKGTS", q, k, preferred_element_type=jnp.float32) * (H**-0.5)
-            scores = jnp.where(mask[:, None, None, :, :], scores, _MASKED)
-            probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-            out = jnp.einsum("BKGTS,BKSH->BKGTH", probs, v).transpose(0, 3, 1, 2, 4).reshape(B, T, cfg.num_heads, H)
+        filled = None if cache is None else jnp.max(cache_index) + T
+        out = ops.attention(q, k, v, mask, H**-0.5, x.dtype, filled)
         out = out * jax.nn.sigmoid(gate)
         y = dense(out.reshape(B, T, -1), self.o_proj)
         return y, cache

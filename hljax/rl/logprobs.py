@@ -10,7 +10,8 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from hljax.models.qwen3 import Qwen3, project
+from hljax.models.ops import project
+from hljax.models.qwen3 import Qwen3
 
 
 @flax.struct.dataclass
@@ -23,7 +24,7 @@ class Sequences:
 
 
 def _chunk_logprobs(h: jax.Array, w: jax.Array, vocab_major: bool, targets: jax.Array, temperature: float):
-    """h: [B, C, D], w: the output projection (see qwen3.project), targets: [B, C] -> (logp, entropy) [B, C]."""
+    """h: [B, C, D], w: the output projection (see ops.project), targets: [B, C] -> (logp, entropy) [B, C]."""
     logits = project(h, w, vocab_major) / temperature  # [B, C, V] fp32
     lse = jax.nn.logsumexp(logits, axis=-1)
     logp = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0] - lse

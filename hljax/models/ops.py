@@ -1,0 +1,226 @@
+"""The operations whose implementation depends on where the model runs: projections, attention,
+KV-cache writes and row copies, the embedding lookup and the output logits. This module alone
+decides between XLA and the CPU decode kernels (`hljax.kernels.cpu_decode`); the model code calls
+these functions and never learns which ran.
+
+Every projection weight is an `nnx.Param` with a `dense_in` metadata field: its first `dense_in`
+dimensions are contracted (q_proj [D, N, H] has 1, o_proj [N, H, D] has 2). `dense` multiplies
+through the weight viewed as a 2D matrix.
+
+On a CPU the generation engine replaces these weights by their packed form (`pack_state`): one
+layout, not a second copy. A packed weight carries `packed_shape` (its natural shape) in its
+metadata, and `dense` sends every product through it to the kernel (decode steps and prefill alike;
+the kernel is a GEMM over contiguous column panels). The token embedding stays [V, D] and is marked
+`kernel_rows`: `embed_lookup` reads rows from it through the kernel and, when it is tied, `logits`
+reads it row by row as the output projection. The engine traces its decode steps inside
+`use_kernels()`, which also sends one-token attention, per-row cache writes and prefilled-row copies
+to the kernels. The training path never packs, and accelerators run everything through XLA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+from typing import Iterator
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from hljax import sharding as shd
+from hljax.kernels import cpu_decode
+
+# Finite so fully masked rows (left padding) give a uniform softmax instead of NaN.
+MASKED = -1e30
+
+_ATTENTION: contextvars.ContextVar[bool] = contextvars.ContextVar("hljax_kernel_attention", default=False)
+
+
+def dense_in(w: nnx.Variable) -> int | None:
+    """How many leading dims of `w` a projection contracts, or None if `w` is not a projection weight."""
+    return w.get_metadata().get("dense_in")
+
+
+def packed_shape(w: nnx.Variable) -> tuple[int, ...] | None:
+    """The natural shape of a weight `pack_state` packed, else None."""
+    return w.get_metadata().get("packed_shape")
+
+
+def dense(x: jax.Array, w: nnx.Variable) -> jax.Array:
+    """x: [..., prod(w.shape[:dense_in])] -> [..., *w.shape[dense_in:]] in x's dtype.
+
+    A 2D view of the weight: XLA's CPU dot is several times faster on [D, N*H] than on a dot with
+    two output dimensions. A packed weight goes through the CPU kernel (fp32 activations inside)."""
+    value = w[...]
+    n_in = dense_in(w)
+    shape = packed_shape(w) or value.shape
+    k, out = math.prod(shape[:n_in]), shape[n_in:]
+    n = math.prod(out)
+    if packed_shape(w) is None:
+        return (x @ value.reshape(k, n).astype(x.dtype)).reshape(*x.shape[:-1], *out)
+    y = cpu_decode.matmul_packed(x.reshape(-1, k).astype(jnp.float32), value, n)
+    return y.astype(x.dtype).reshape(*x.shape[:-1], *out)
+
+
+def logits(h: jax.Array, w: nnx.Variable, vocab_major: bool) -> jax.Array:
+    """h: [B, T, D] -> fp32 logits [B, T, V] through the output projection `w`: the [D, V] lm_head, or
+    the tied [V, D] embedding (vocab_major). The kernels take it when `pack_state` prepared it."""
+    x = h.reshape(-1, h.shape[-1]).astype(jnp.float32)
+    if (shape := packed_shape(w)) is not None:
+        out = cpu_decode.matmul_packed(x, w[...], shape[-1]).reshape(*h.shape[:-1], -1)
+    elif w.get_metadata().get("kernel_rows"):
+        out = cpu_decode.matmul_nt(x, w[...]).reshape(*h.shape[:-1], -1)
+    else:
+        return project(h, w[...], vocab_major)
+    return shd.constrain(out, (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_VOCAB))
+
+
+def project(h: jax.Array, w: jax.Array, vocab_major: bool) -> jax.Array:
+    """h: [B, T, D], w: [V, D] (vocab_major, a tied embedding) or [D, V] -> logits [B, T, V] fp32, by XLA.
+
+    The tied embedding is contracted in its own layout: transposing a 151k x D matrix every decode
+    step would cost more than the projection itself."""
+    eq = "BTD,VD->BTV" if vocab_major else "BTD,DV->BTV"
+    out = jnp.einsum(eq, h, w.astype(h.dtype), preferred_element_type=jnp.float32)
+    return shd.constrain(out, (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_VOCAB))
+
+
+def embed_lookup(embed: nnx.Variable, tokens: jax.Array, dtype) -> jax.Array:
+    """embed: the [V, D] table; tokens [B, T] -> rows [B, T, D] in `dtype`.
+
+    A 16-bit table is gathered as raw bits: XLA:CPU gathers bf16 by converting the whole table to
+    fp32 first, and hoists that copy out of the decode loop (0.62 GB held for the Qwen3-0.6B shape).
+    The bit-cast is itself a table-sized copy there (0.31 GB), so a table `pack_state` marked
+    `kernel_rows` is read row by row by the kernel instead."""
+    if embed.get_metadata().get("kernel_rows"):
+        rows = cpu_decode.take_rows(embed[...], tokens.reshape(-1)).reshape(*tokens.shape, -1)
+        return rows.astype(dtype)
+    table = embed[...]
+    if table.dtype == jnp.float32:
+        return jnp.take(table, tokens, axis=0).astype(dtype)
+    return _take_bits(table, tokens).astype(dtype)
+
+
+@jax.custom_vjp
+def _take_bits(table: jax.Array, tokens: jax.Array) -> jax.Array:
+    rows = jnp.take(jax.lax.bitcast_convert_type(table, _bits_dtype(table)), tokens, axis=0)
+    return jax.lax.bitcast_convert_type(rows, table.dtype)
+
+
+def _take_bits_fwd(table, tokens):
+    return _take_bits(table, tokens), (table, tokens)
+
+
+def _take_bits_bwd(res, g):
+    table, tokens = res  # The gradient of a gather, as jnp.take's would be.
+    return jnp.zeros(table.shape, g.dtype).at[tokens].add(g).astype(table.dtype), None
+
+
+_take_bits.defvjp(_take_bits_fwd, _take_bits_bwd)
+
+
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float, dtype,
+              filled: jax.Array | None = None) -> jax.Array:
+    """Grouped-query attention. q: [B, T, N, H]; k, v: [B, K, S, H] (a cache: in its stored dtype);
+    mask: [B, T, S] bool -> [B, T, N, H] in `dtype`.
+
+    filled: with a cache, the slots written so far (the kernel reads no slot past it); one decode
+    token inside `use_kernels()` then goes through the kernel."""
+    B, T, N, H = q.shape
+    K = k.shape[1]
+    if (filled is not None and T == 1 and _ATTENTION.get() and k.dtype in cpu_decode.WEIGHT_DTYPES
+            and k.dtype == v.dtype):
+        # The kernel reads the cache in its stored dtype: a cast would convert every slot each step.
+        out = cpu_decode.decode_attention(q.reshape(B, K, N // K, H).astype(jnp.float32), k, v, mask[:, 0],
+                                          filled, scale)
+        return out.reshape(B, T, N, H).astype(dtype)
+    k, v = k.astype(dtype), v.astype(dtype)
+    q = q.reshape(B, T, K, N // K, H).transpose(0, 2, 3, 1, 4)  # [B, K, G, T, H]
+    scores = jnp.einsum("BKGTH,BKSH->BKGTS", q, k, preferred_element_type=jnp.float32) * scale
+    scores = jnp.where(mask[:, None, None, :, :], scores, MASKED)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum("BKGTS,BKSH->BKGTH", probs, v).transpose(0, 3, 1, 2, 4).reshape(B, T, N, H)
+
+
+def write_slots(cache: jax.Array, x: jax.Array, slots: jax.Array) -> jax.Array:
+    """cache [B, K, S, H] with x [B, K, H] written at slot slots[b] of row b (the engine's continuous
+    batch, whose rows sit at different steps); in place through the kernel inside `use_kernels()`."""
+    if _ATTENTION.get() and cache.dtype in cpu_decode.WEIGHT_DTYPES:
+        return cpu_decode.kv_write(cache, x.astype(cache.dtype), slots)
+    rows = jnp.arange(cache.shape[0])
+    return scatter_bits(cache, (rows, slice(None), slots), x.astype(cache.dtype))
+
+
+def copy_slots(dst: jax.Array, src: jax.Array, src_rows: jax.Array, dst_rows: jax.Array) -> jax.Array:
+    """dst [B, K, S, H] with src [U, K, W, H]'s row src_rows[r] in slots [0, W) of row dst_rows[r] (a
+    dst row out of range is skipped: padding); in place through the kernel inside `use_kernels()`."""
+    if _ATTENTION.get() and dst.dtype in cpu_decode.WEIGHT_DTYPES and src.dtype == dst.dtype:
+        return cpu_decode.copy_rows(dst, src, src_rows, dst_rows)
+    # XLA gathers the R source rows of every layer into one temporary before scattering them (7.5 GB
+    # for a 4 x 8 rollout of 1,000-token prompts, fp32 0.6B shape, on a CPU without the kernels). A
+    # row-at-a-time loop avoided that on one device but all-gathers on a batch-sharded mesh; not
+    # measured on accelerators, so the scatter stays.
+    W = src.shape[2]
+    return scatter_bits(dst, (dst_rows, slice(None), slice(None, W)), src[src_rows].astype(dst.dtype), mode="drop")
+
+
+def scatter_bits(a: jax.Array, index, values: jax.Array, mode: str | None = None) -> jax.Array:
+    """a.at[index].set(values, mode=mode), scattered as same-width integers: XLA:CPU scatters a bf16
+    array by converting all of it to fp32 and back (every decode step, the whole cache of every layer)."""
+    if a.dtype == jnp.float32:
+        return a.at[index].set(values, mode=mode)
+    bits = _bits_dtype(a)
+    out = jax.lax.bitcast_convert_type(a, bits).at[index].set(jax.lax.bitcast_convert_type(values, bits), mode=mode)
+    return jax.lax.bitcast_convert_type(out, a.dtype)
+
+
+def _bits_dtype(a: jax.Array):
+    """The unsigned integer type as wide as `a`'s elements (XLA moves those as raw bits, unconverted)."""
+    return jnp.dtype(f"uint{8 * a.dtype.itemsize}")
+
+
+@contextlib.contextmanager
+def use_kernels() -> Iterator[None]:
+    """Inside a trace: send one-token attention, per-row KV-cache writes and prefilled-row copies to
+    the CPU kernels (projections and the embedding lookup follow their weights)."""
+    token = _ATTENTION.set(True)
+    try:
+        yield
+    finally:
+        _ATTENTION.reset(token)
+
+
+def kernel_weights(state: nnx.State) -> bool:
+    """Whether a state's projection weights can go to the CPU kernels (fp32 or bf16)."""
+    return any(dense_in(v) is not None and v[...].dtype in cpu_decode.WEIGHT_DTYPES
+               for _, v in nnx.to_flat_state(state))
+
+
+def pack_state(state: nnx.State, embedding: str) -> nnx.State:
+    """`state` with every fp32/bf16 projection weight replaced by its packed panels (`cpu_decode.pack`,
+    `packed_shape` set) and `embedding`, the path of the [V, D] token embedding, marked `kernel_rows`
+    (looked up, and used as the output projection when tied, by the kernels). The state's other arrays
+    are shared, not copied.
+
+    Packed weights drop their sharding names: the kernels run on one CPU device."""
+    flat = []
+    for path, var in nnx.to_flat_state(state):
+        key, value = _key(path), var[...]
+        if key == embedding and value.dtype in cpu_decode.WEIGHT_DTYPES:
+            var = var.replace(value=value, kernel_rows=True)
+        elif (n_in := dense_in(var)) is not None and value.dtype in cpu_decode.WEIGHT_DTYPES:
+            packed = _pack(value.reshape(math.prod(value.shape[:n_in]), -1))
+            meta = {k: None for k in ("sharding_names", "out_sharding") if k in var.get_metadata()}
+            var = var.replace(value=packed, packed_shape=tuple(value.shape), **meta)
+        flat.append((path, var))
+    return nnx.from_flat_state(flat)
+
+
+@jax.jit
+def _pack(w: jax.Array) -> jax.Array:
+    return cpu_decode.pack(w)
+
+
+def _key(path) -> str:
+    return ".".join(str(p) for p in path)
