@@ -33,7 +33,9 @@ SANDBOX_ROOT = "/opt/hljax"  # Where the `sandbox` package appears inside bubble
 JOBS_DIR = "/tmp/jobs"
 SANDBOX_UID = 65534  # nobody: the uid and gid of everything inside bubblewrap.
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
+# PYTHONHASHSEED fixed: a harness that iterates a set of strings (`max(set(samples), key=samples.count)`
+# breaks its ties in set order) answers the same in every run, so reports and rewards reproduce.
+_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "PYTHONHASHSEED": "0"}
 
 
 class SandboxUnavailable(RuntimeError):
@@ -94,9 +96,10 @@ def _announce(path: str) -> None:
 def _bootstrap(paths: list[str], config_json: str) -> list[str]:
     python = os.path.realpath(sys.executable)
     code = f"import sys; sys.path[:0] = {paths!r}; from sandbox.worker import main; main()"
-    # -I: no environment or user site; -S: no site-packages (their .pth files import threading);
-    # -B: the package is read-only.
-    return [python, "-I", "-S", "-B", "-c", code, config_json]
+    # -s: no user site; -P: no cwd on sys.path; -S: no site-packages (their .pth files import threading);
+    # -B: the package is read-only. Not -I: it would ignore PYTHONHASHSEED; the environment is
+    # ours whole (bwrap --clearenv, or LaunchSpec.env), so no other PYTHON* variable reaches it.
+    return [python, "-s", "-P", "-S", "-B", "-c", code, config_json]
 
 
 def _worker_config(config: SandboxConfig, control_fd: int, tmp_root: str, userns: bool) -> str:
@@ -232,7 +235,7 @@ def _scorer_config(config: SandboxConfig, control_fd: int, tmp_root: str) -> str
 def _scorer_bootstrap(paths: list[str], config_json: str) -> list[str]:
     python = os.path.realpath(sys.executable)
     code = f"import sys; sys.path[:0] = {paths!r}; from sandbox.score_server import main; main()"
-    return [python, "-I", "-S", "-B", "-c", code, config_json]
+    return [python, "-s", "-P", "-S", "-B", "-c", code, config_json]  # As _bootstrap.
 
 
 def scorer_bwrap_launch(config: SandboxConfig, control_fd: int) -> LaunchSpec:

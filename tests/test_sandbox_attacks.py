@@ -6,6 +6,7 @@ replaced, and that the pool still serves afterwards (`run_among_normals`). Signa
 run only where `require_contained` holds (tests/_sandbox_attack_kit.py).
 """
 
+import ast
 import json
 import socket
 
@@ -217,7 +218,9 @@ def test_reading_secrets(pool):
     assert SECRET not in r.answer
     lines = r.answer.split("\n")
     assert lines[1:4] == [f"{p}:FileNotFoundError" for p in ("/etc/shadow", "/etc/passwd", "/root/.bash_history")]
-    assert eval(lines[0]) == {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "PWD": "/tmp"}  # noqa: S307
+    # literal_eval, not eval: the answer is the harness's text.
+    assert ast.literal_eval(lines[0]) == {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp",
+                                          "PYTHONHASHSEED": "0", "PWD": "/tmp"}
 
 
 

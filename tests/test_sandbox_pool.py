@@ -356,3 +356,16 @@ def test_pool_rejects_bad_config():
 def test_bad_tool_name_is_refused(pool):
     with pytest.raises(ValueError, match="tool name"):
         pool.run([Job(ECHO, "q", tools={"not a name": lambda: 0})])
+
+
+def test_string_hashing_is_the_same_in_every_fork_server(pool):
+    # A harness that breaks ties in set order must answer alike in every run (reports and rewards
+    # reproduce): each fork server hashes strings as a fresh Python with PYTHONHASHSEED=0 does.
+    import subprocess
+    import sys
+
+    code = "def solve(question, solver):\n    return str(hash(question))\n"
+    want = subprocess.run([sys.executable, "-c", "print(hash('tie'))"], env={"PYTHONHASHSEED": "0"},
+                          capture_output=True, text=True, check=True).stdout.strip()
+    results = pool.run([Job(code, "tie") for _ in range(8)])
+    assert [r.answer for r in results] == [want] * 8
