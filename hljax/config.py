@@ -197,9 +197,10 @@ class SolverSpec:
     """The frozen solver. In a config its serving, budget and sampling keys sit in the `solver` block
     itself (`--config.solver.max_batch`, `--config.solver.max_calls`, `--config.solver.temperature`)."""
 
-    # embedded: in-process JAX engine (frozen). sglang: a server at `url`. simulated: the CPU stand-in
+    # embedded: in-process JAX engine (frozen). sglang: a server at `url`. sglang_jax: sglang-jax on `path`,
+    # started by this process from its venv (scripts/sglang_jax.sh setup). simulated: the CPU stand-in
     # for an LLM (hljax/tasks/simulated_solver.py); it takes no path or url.
-    backend: Literal["embedded", "sglang", "simulated"] = "embedded"
+    backend: Literal["embedded", "sglang", "sglang_jax", "simulated"] = "embedded"
     path: str = ""  # HF folder of the solver; "" = the proposer's initial weights.
     url: str = ""  # SGLang server(s) of the solver (backend sglang).
     serving: ServingSpec = dataclasses.field(default=ServingSpec(), metadata={FLAT: True})  # Embedded solver:

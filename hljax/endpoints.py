@@ -11,6 +11,9 @@ fields into a `GeneratorSpec` (the rules of which backend takes which field live
 - `sglang`: a running server at `url` (SGLang's native API, or any OpenAI-compatible one with
   `api="openai"`); its tokenizer (for the chat template) is read from `path`, or from the folder the
   server reports in `/model_info` when `path` is empty.
+- `sglang_jax`: sglang-jax (the JAX SGLang) on `path`, started by hljax from its own venv
+  (`scripts/sglang_jax.sh setup`) and restarted on each weight sync, as it cannot load weights in place
+  (hljax/generate/sglang_jax.py).
 - `simulated`: the CPU stand-in for an LLM solver (hljax/tasks/simulated_solver.py): no weights, so it
   takes neither path nor url.
 """
@@ -18,6 +21,7 @@ fields into a `GeneratorSpec` (the rules of which backend takes which field live
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Callable, Literal
 
 import jax
@@ -31,7 +35,10 @@ from hljax.generate.http import ClientConfig
 from hljax.generate.local import LocalGenerator
 from hljax.generate.openai_chat import OpenAIChatGenerator, OpenAIOptions
 from hljax.generate.server import Server
+from hljax.generate.sglang_jax import ManagedSGLangJax
 from hljax.tasks.simulated_solver import SimulatedSolver
+
+log = logging.getLogger(__name__)
 
 WAIT_S = 300.0  # For a server to answer /health: a loading SGLang server, or ours compiling its first step.
 SERVER_BACKENDS = ("embedded_server", "sglang")  # Spoken to over HTTP: they take an `api`.
@@ -60,6 +67,8 @@ class GeneratorSpec:
             raise ValueError("the sglang backend needs a url")
         if self.backend != "sglang" and not self.path:
             raise ValueError(f"the {self.backend} backend needs path (an HF folder)")
+        if self.backend == "sglang_jax" and self.api != "sglang":
+            raise ValueError("the sglang_jax backend speaks SGLang's native API only (api='sglang')")
         if self.api == "openai" and (self.backend not in SERVER_BACKENDS or self.openai is None):
             raise ValueError(f"api='openai' needs a server backend {SERVER_BACKENDS} and its openai options "
                              f"(got backend {self.backend!r}, openai={self.openai})")
@@ -87,7 +96,7 @@ def solver_spec(solver: SolverSpec, default_path: str, seed: int) -> GeneratorSp
 @dataclasses.dataclass
 class Opened:
     generator: Any  # A Generator (hljax/generate/types.py), or a chat-only one (api="openai").
-    server: Server | None = None  # Stopped with the endpoint.
+    server: Server | ManagedSGLangJax | None = None  # A server this process runs: stopped with the endpoint.
 
 
 def _client(spec: GeneratorSpec, url: str, tokenizer) -> Any:
@@ -105,6 +114,10 @@ def _sglang(spec: GeneratorSpec, mesh, tokenizer, name: str) -> Opened:
         return Opened(_client(spec, spec.url, None))
     probe = _client(spec, spec.url, tokenizer)
     probe.wait_until_ready(WAIT_S, name=name)
+    if ignoring := probe.servers_ignoring_seeds():
+        log.warning("%s: %s ignore sampling seeds (start sglang-jax with --enable-deterministic-sampling, SGLang "
+                    "with --enable-deterministic-inference): seeded samples will not reproduce", name,
+                    ", ".join(ignoring))
     if tokenizer is None:
         tokenizer_path = spec.path or probe.model_info().get("model_path", "")
         try:
@@ -137,9 +150,18 @@ def _embedded_server(spec: GeneratorSpec, mesh, tokenizer, name: str) -> Opened:
     return Opened(_client(spec, server.url, tokenizer if tokenizer is not None else local.tokenizer), server)
 
 
+def _sglang_jax(spec: GeneratorSpec, mesh, tokenizer, name: str) -> Opened:
+    tokenizer = tokenizer if tokenizer is not None else transformers.AutoTokenizer.from_pretrained(spec.path)
+    s = spec.serving
+    managed = ManagedSGLangJax(spec.path, tokenizer, max_batch=s.max_batch, max_seq_len=s.max_seq_len, dtype=s.dtype,
+                               client=ClientConfig(timeout_s=spec.timeout_s), name=name)
+    return Opened(managed, managed)
+
+
 # name -> opener(spec, mesh, tokenizer, name). A new backend registers here and nowhere else.
 BACKENDS: dict[str, Callable[[GeneratorSpec, jax.sharding.Mesh, Any, str], Opened]] = {
-    "embedded_server": _embedded_server, "embedded": _embedded, "sglang": _sglang, "simulated": _simulated,
+    "embedded_server": _embedded_server, "embedded": _embedded, "sglang": _sglang, "sglang_jax": _sglang_jax,
+    "simulated": _simulated,
 }
 
 
@@ -153,7 +175,7 @@ class Endpoint:
         self.spec = spec
         opened = BACKENDS[spec.backend](spec, mesh, tokenizer, name)
         self.generator = opened.generator
-        self.server: Server | None = opened.server
+        self.server: Server | ManagedSGLangJax | None = opened.server
 
     def close(self) -> None:
         if self.server is not None:

@@ -177,6 +177,34 @@ def check_server(url: str, key: str, path: str = "/health", timeout_s: float = S
                                  f"server first (or fix {flag})") from None
 
 
+def check_weight_updates(url: str, key: str) -> None:
+    """Every server in `url` has `/update_weights_from_disk` (GRPO pushes weights after each step)."""
+    from hljax.generate.client import SGLangGenerator
+    from hljax.generate.http import ClientConfig, ServerError
+
+    try:
+        missing = SGLangGenerator(url, config=ClientConfig(timeout_s=SERVER_TIMEOUT_S)).servers_without_weight_updates()
+    except ServerError as e:
+        raise PreflightError(f"{key}: cannot ask {url} whether it takes weight updates: {e}") from None
+    if missing:
+        raise PreflightError(f"{key}: {', '.join(missing)} has no /update_weights_from_disk (sglang-jax has none), "
+                             "and GRPO pushes new weights after every step: set --config.rollout.backend=sglang_jax "
+                             "to have hljax start sglang-jax and restart it on each new checkpoint, or serve the "
+                             "proposer with SGLang")
+
+
+def check_sglang_jax(path: str, key: str) -> None:
+    """The sglang-jax venv exists and can serve the HF folder `path` ("" = not known yet: venv only)."""
+    from hljax.generate import sglang_jax
+
+    try:
+        sglang_jax.venv_python()
+        if path:
+            sglang_jax.check_model(path)
+    except sglang_jax.SGLangJaxUnavailable as e:
+        raise PreflightError(f"{key}=sglang_jax: {e}") from None
+
+
 def check_port_free(host: str, port: int) -> None:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         try:
@@ -277,6 +305,11 @@ def train(cfg: RunConfig) -> list[str]:
             done.append(_timed("solver.url", check_server, cfg.solver.url, "solver.url"))
         if cfg.rollout.backend == "sglang":
             done.append(_timed("rollout.url", check_server, cfg.rollout.url, "rollout.url"))
+            done.append(_timed("rollout.url weight updates", check_weight_updates, cfg.rollout.url, "rollout.url"))
+        if cfg.rollout.backend == "sglang_jax":
+            done.append(_timed("rollout.backend", check_sglang_jax, cfg.model.path, "rollout.backend"))
+        if cfg.solver.backend == "sglang_jax":
+            done.append(_timed("solver.backend", check_sglang_jax, cfg.solver.path or cfg.model.path, "solver.backend"))
     need, why = checkpoint_bytes(params, cfg.model.param_dtype, cfg.checkpoint.keep)
     done.append(_timed(f"disk {_gb(need)}", check_disk, cfg.run_dir, need, why))
     if cfg.grpo_steps:
@@ -312,6 +345,8 @@ def _solver_and_sandbox(solver, sandbox) -> list[str]:
         done.append(_timed("solver.url", check_server, solver.url, "solver.url"))
     elif solver.path:
         done.append(_timed("solver.path", check_model_dir, solver.path, "solver.path"))
+    if solver.backend == "sglang_jax":
+        done.append(_timed("solver.backend", check_sglang_jax, solver.path, "solver.backend"))
     done.append(_timed("sandbox", check_sandbox, sandbox))
     return done
 

@@ -90,6 +90,8 @@ def solver(spec) -> str:
         return LABEL
     if spec.backend == "sglang":
         return f"SGLang server {spec.url} ({spec.path})"
+    if spec.backend == "sglang_jax":
+        return f"sglang-jax started on {spec.path or 'the initial proposer weights'}"
     return f"embedded JAX engine on {spec.path or 'the initial proposer weights'}"
 
 

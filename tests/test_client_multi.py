@@ -80,3 +80,39 @@ def test_a_server_down_is_named(two_servers, tiny_untied):
         client.wait_until_ready(1, poll_s=0.2)
     with pytest.raises(ServerError, match=r"http://127\.0\.0\.1:9/generate: failed after 2 attempt"):
         client.generate(["a", "b"], SamplingParams(max_new_tokens=2))
+
+
+def _reply(ids, entries):
+    return {"text": "", "output_ids": ids, "meta_info": {"finish_reason": {"type": "length"}, "prompt_tokens": 3,
+                                                         "output_token_logprobs": entries}}
+
+
+def test_logprobs_are_paired_with_their_own_tokens():
+    """sglang-jax 0.1.0rc0 puts each 50-token flush's entries before the whole list: the reply's are the
+    last ones; entries whose token ids do not match the reply's are an error, never a misalignment."""
+    from hljax.generate.client import _completion
+    from hljax.generate.http import ServerError
+
+    ids = [7, 8, 9]
+    whole = [[-0.1, 7, "a"], [-0.2, 8, "b"], [-0.3, 9, "c"]]
+    assert _completion(_reply(ids, whole), True).logprobs == (-0.1, -0.2, -0.3)
+    assert _completion(_reply(ids, whole[:2] + whole), True).logprobs == (-0.1, -0.2, -0.3)
+    for bad in (whole[:2], [[-0.1, 7, "a"], [-0.2, 9, "c"], [-0.3, 8, "b"]], whole + whole[:1]):
+        with pytest.raises(ServerError, match="do not match"):
+            _completion(_reply(ids, bad), True)
+    assert _completion(_reply(ids, []), False).logprobs is None
+    # At times output_ids carry a flush's ids before the whole list too: completion_tokens says how many are the reply's.
+    dup = _reply(ids[:2] + ids, whole[:2] + whole)
+    dup["meta_info"]["completion_tokens"] = 3
+    c = _completion(dup, True)
+    assert (c.token_ids, c.logprobs) == ((7, 8, 9), (-0.1, -0.2, -0.3))
+
+
+def test_which_servers_honour_seeds_is_read_from_their_flags(two_servers):
+    from hljax.generate.client import SGLangGenerator, _honours_seeds
+
+    servers, _ = two_servers
+    assert SGLangGenerator([s.url for s in servers]).servers_ignoring_seeds() == []  # Ours always do.
+    assert not _honours_seeds({"enable_deterministic_sampling": False})  # sglang-jax without its flag.
+    assert not _honours_seeds({"enable_deterministic_inference": False, "host": "x"})  # SGLang without its flag.
+    assert _honours_seeds({"enable_deterministic_inference": True})

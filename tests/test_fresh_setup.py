@@ -13,7 +13,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = ["scripts/_venv.sh", "scripts/quickstart.sh", "scripts/test.sh", ".ci/run"]
+SCRIPTS = ["scripts/_venv.sh", "scripts/quickstart.sh", "scripts/test.sh", "scripts/sglang_jax.sh", ".ci/run"]
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def bare_path(tmp_path_factory) -> str:
 @pytest.fixture
 def clone(tmp_path) -> str:
     """What the set-up reads: the scripts and setup.py."""
-    for rel in ("scripts/_venv.sh", "scripts/quickstart.sh", "scripts/test.sh", "setup.py"):
+    for rel in ("scripts/_venv.sh", "scripts/quickstart.sh", "scripts/test.sh", "scripts/sglang_jax.sh", "setup.py"):
         os.makedirs(tmp_path / os.path.dirname(rel), exist_ok=True)
         shutil.copy2(os.path.join(ROOT, rel), tmp_path / rel)
     return str(tmp_path)
@@ -74,7 +74,10 @@ def test_test_script_installs_dev_and_runs_pytest(clone, bare_path, tmp_path):
     commands = _dry_run("scripts/test.sh", ["-m", "not slow"], clone, bare_path, tmp_path)
     assert commands[1] == f"{venv}/bin/python -m pip install -qq -e {clone}[dev]"
     assert commands[-1] == f"exec {venv}/bin/python -m pytest -m not slow"
-    assert all("chromium" in c for c in commands[2:-1]), commands  # apt-get only for a missing Chromium.
+    # apt-get only for a missing Chromium; sglang-jax's own venv from its pinned wheel (when a Python >= 3.12 is found).
+    sglang_jax = [c for c in commands[2:-1] if "chromium" not in c]
+    assert all(".venv-sglang-jax" in c for c in sglang_jax), commands
+    assert not sglang_jax or sglang_jax[-1].endswith("-m pip install -qq sglang-jax[cpu]==0.1.0rc0"), commands
 
 
 def test_sandbox_starts_from_the_wheel_without_bwrap_on_path(bare_path, tmp_path):

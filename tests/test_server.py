@@ -130,6 +130,15 @@ def test_client_and_weight_updates(server, tiny_untied, tmp_path):
     assert client.generate(["def solve"], sp)[0][0].token_ids == before.token_ids
 
 
+def test_a_route_under_another_method_is_405_and_an_unknown_one_404(server):
+    """What SGLangGenerator.servers_without_weight_updates asks (FastAPI answers the same way)."""
+    for path, code in (("/update_weights_from_disk", 405), ("/no_such_route", 404)):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            _get(server.url, path)
+        assert e.value.code == code
+    assert SGLangGenerator(server.url).servers_without_weight_updates() == []
+
+
 def test_concurrent_clients_are_all_answered(server):
     client = SGLangGenerator(server.url)
     results = {}

@@ -190,8 +190,40 @@ class SGLangGenerator:
             raise ServerError("; ".join(failures) + (f" ({ok} other server(s) did take them)" if ok else ""))
 
     def model_info(self, url: str | None = None) -> dict:
-        """/model_info of server `url` (default: the first)."""
-        return self._request("GET", "/model_info", url=url or self.urls[0])
+        """The model info of server `url` (default: the first): `/model_info` (SGLang since 0.5, ours), or
+        `/get_model_info` where that is absent (sglang-jax, older SGLang)."""
+        url = url or self.urls[0]
+        try:
+            return self._request("GET", "/model_info", url=url)
+        except ServerError as e:
+            if e.status != 404:
+                raise
+        return self._request("GET", "/get_model_info", url=url)
+
+    def servers_ignoring_seeds(self) -> list[str]:
+        """The servers that do not sample by `sampling_seed` (started without their deterministic flag):
+        seeded runs (resumed evaluations, reproducible rollouts) then do not reproduce on them."""
+        return [u for u in self.urls if not _honours_seeds(self._request("GET", "/get_server_info", url=u))]
+
+    def servers_without_weight_updates(self) -> list[str]:
+        """The servers without `/update_weights_from_disk` (sglang-jax has none); [] when all have it.
+        Asked with a GET, which a server that has the (POST) route answers 405 and one without it 404."""
+        missing = []
+        for url in self.urls:
+            try:
+                self._request("GET", "/update_weights_from_disk", url=url, retry=False)
+            except ServerError as e:
+                if e.status == 404:
+                    missing.append(url)
+                elif e.status != 405:
+                    raise
+        return missing
+
+
+def _honours_seeds(info: dict) -> bool:
+    """From /get_server_info: sglang-jax samples by `sampling_seed` only with
+    --enable-deterministic-sampling, mainline SGLang with --enable-deterministic-inference."""
+    return bool(info.get("enable_deterministic_sampling") or info.get("enable_deterministic_inference"))
 
 
 def _seed(seed: int | None) -> dict:
@@ -202,10 +234,24 @@ def _completion(o: dict, logprobs: bool) -> Completion:
     meta = o["meta_info"]
     reason = meta["finish_reason"]
     kind = reason.get("type") if isinstance(reason, dict) else reason
-    lps = tuple(float(x[0]) for x in meta.get("output_token_logprobs", [])) if logprobs else None
+    ids = tuple(o.get("output_ids", ()))
+    # sglang-jax 0.1.0rc0 can put each 50-token partial flush before the whole list, in the log-probs
+    # and at times in output_ids too (SERVE_FLAGS in hljax/generate/sglang_jax.py): the last
+    # `completion_tokens` entries are the reply's. Token ids must match, so a server bug can never pair a
+    # trained token with another token's log-prob.
+    n = meta.get("completion_tokens", len(ids))
+    ids = ids[len(ids) - n:] if len(ids) > n else ids
+    lps = None
+    if logprobs:
+        entries = meta.get("output_token_logprobs", [])  # [logprob, token id, text] per sampled token.
+        entries = entries[len(entries) - len(ids):] if len(entries) > len(ids) else entries
+        if [int(x[1]) for x in entries] != list(ids):
+            raise ServerError(f"/generate: the log-probs' token ids do not match the {len(ids)} output ids "
+                              f"({len(entries)} entries): the server returned inconsistent log-probs")
+        lps = tuple(float(x[0]) for x in entries)
     return Completion(
         text=o["text"],
-        token_ids=tuple(o.get("output_ids", ())),
+        token_ids=ids,
         logprobs=lps,
         finish_reason=kind if kind in ("stop", "length") else "abort",
         prompt_tokens=meta.get("prompt_tokens", 0),

@@ -18,7 +18,12 @@ log = logging.getLogger(__name__)
 
 
 class ServerError(RuntimeError):
-    """A server answered with an error, or could not be reached after all retries; names the URL."""
+    """A server answered with an error, or could not be reached after all retries; names the URL.
+    `status`: the HTTP status of an answered error, else None."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +51,7 @@ def request_json(url: str, method: str, body: Any = None, *, config: ClientConfi
         except urllib.error.HTTPError as e:
             detail = e.read().decode(errors="replace")[:2000]
             if e.code < 500 and e.code != 429:
-                raise ServerError(f"{url}: HTTP {e.code}: {detail}") from None
+                raise ServerError(f"{url}: HTTP {e.code}: {detail}", status=e.code) from None
             why = f"HTTP {e.code}: {detail}"
         except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
             why = f"{type(e).__name__}: {getattr(e, 'reason', e)}"

@@ -93,6 +93,9 @@ class LocalGenerator:
     def update_weights_from_disk(self, path: str, weight_version: str | None = None) -> None:
         load_engine_weights(self.engine, path, weight_version)
 
+    def servers_without_weight_updates(self) -> list[str]:
+        return []  # The engine loads any checkpoint of its architecture in place.
+
 
 def _completion(o: Output, prompt_tokens: int, version: str, with_logprobs: bool) -> Completion:
     return Completion(

@@ -188,6 +188,8 @@ class App:
         return HTTPStatus.OK, {
             **self.server_args,
             "model_path": self.model_path, "tokenizer_path": self.model_path,
+            # sglang-jax's name for what SGLang servers need a flag for: our engine always honours sampling_seed.
+            "enable_deterministic_sampling": True,
             "context_length": engine.context_length, "max_running_requests": ecfg.max_batch,
             "dtype": jnp.dtype(engine.model_config.param_dtype).name,
             "decode_chunk": ecfg.decode_chunk, "share_prefixes": ecfg.share_prefixes,
@@ -241,9 +243,14 @@ def _handler(app: App):
             self.wfile.write(data)
 
         def _dispatch(self, method: str) -> None:
-            route = app.routes.get((method, self.path.split("?", 1)[0]))
+            path = self.path.split("?", 1)[0]
+            route = app.routes.get((method, path))
             if route is None:
-                return self._send(HTTPStatus.NOT_FOUND, {"error": {"message": f"no route {method} {self.path}"}})
+                # 405 for a path served under another method, as SGLang's FastAPI does: clients probe
+                # with it whether a route exists (SGLangGenerator.servers_without_weight_updates).
+                known = any(p == path for _, p in app.routes)
+                status = HTTPStatus.METHOD_NOT_ALLOWED if known else HTTPStatus.NOT_FOUND
+                return self._send(status, {"error": {"message": f"no route {method} {self.path}"}})
             body = None
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""

@@ -131,6 +131,19 @@ class Generator(Protocol):
         ...
 
 
+class TrainableGenerator(Generator, Protocol):
+    """A proposer GRPO can push new weights to: our engine (in place), an SGLang server
+    (`/update_weights_from_disk`), sglang-jax run by hljax (a restart on the new folder)."""
+
+    def update_weights_from_disk(self, path: str, weight_version: str | None = None) -> None:
+        """Serve the HF folder `path` (same architecture) from the next request on."""
+        ...
+
+    def servers_without_weight_updates(self) -> list[str]:
+        """Servers behind this generator that cannot take `update_weights_from_disk` ([]: all can)."""
+        ...
+
+
 def copy_seed(seed: int | None, i: int) -> int | None:
     """Seed of the i-th of n samples: copy 0 keeps the request's seed, the others get distinct ones."""
     if seed is None or i == 0:

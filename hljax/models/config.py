@@ -129,6 +129,12 @@ class ModelConfig:
         return cls(**{**args, **overrides})
 
     @classmethod
+    def tiny_hd128(cls, vocab_size: int, **overrides) -> ModelConfig:
+        """The embedded default with sglang-jax's head size (its attention needs a multiple of 128): the
+        proposer of the sglang-jax tests."""
+        return cls.tiny(vocab_size, **{**dict(num_heads=2, num_kv_heads=1, head_dim=128), **overrides})
+
+    @classmethod
     def tiny_qwen3_5(cls, vocab_size: int, **overrides) -> ModelConfig:
         """The embedded default's size in the hybrid architecture: one Gated DeltaNet layer, then one
         gated full-attention layer."""

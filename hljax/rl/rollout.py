@@ -27,7 +27,7 @@ from hljax import distributed as dist
 from hljax.checkpoint import hf
 from hljax.config import TaskSpec
 from hljax.endpoints import Endpoint, GeneratorSpec
-from hljax.generate.types import Completion, render_chat
+from hljax.generate.types import Completion, TrainableGenerator, render_chat
 from hljax.harness import seeds
 from hljax.harness.prompts import PromptConfig
 from hljax.loop import rewards as rw
@@ -106,8 +106,13 @@ class Rollouts:
         self.seed, self.first_step, self.sync_dtype = seed, first_step, sync_dtype
         self.tokenizer = tokenizer
         self._proposer = Endpoint(proposer, mesh, tokenizer, name="proposer")
-        self.proposer = self._proposer.generator
+        self.proposer: TrainableGenerator = self._proposer.generator
         self._embedded = self._proposer.server is not None
+        if missing := self.proposer.servers_without_weight_updates():
+            self._proposer.close()
+            raise ValueError(f"proposer server(s) {missing} have no /update_weights_from_disk, and GRPO pushes new "
+                             "weights after every step: use rollout.backend='sglang_jax' for sglang-jax (hljax "
+                             "restarts it on each new checkpoint), or serve the proposer with SGLang")
         self.sync_dir = sync_dir
         if self._embedded and dist.process_count() > 1:
             # Each process exports for its own server; one shared folder would be rewritten by all.

@@ -68,8 +68,10 @@ class GRPOSpec:
 @dataclasses.dataclass(frozen=True)
 class RolloutSpec:
     # embedded_server: our JAX engine behind the SGLang HTTP API in this process, driven by the
-    # SGLang client (the same code path as a real server). sglang: an external server at `url`.
-    backend: Literal["embedded_server", "sglang"] = "embedded_server"
+    # SGLang client (the same code path as a real server). sglang: an external server at `url` (it must
+    # have /update_weights_from_disk: SGLang, ours). sglang_jax: sglang-jax started by this process from
+    # its venv (scripts/sglang_jax.sh setup) and restarted on each sync, as it loads no weights in place.
+    backend: Literal["embedded_server", "sglang", "sglang_jax"] = "embedded_server"
     url: str = ""  # SGLang server(s) or router of the proposer (backend sglang).
     sync_dir: str = ""  # Where new weights are exported for /update_weights_from_disk ("" = run_dir/sync).
     # Embedded server (its dtype is the one it samples in; model.dtype the one the trainer scores in: a gap
