@@ -1,7 +1,7 @@
 """The GRPO rollout workload: P prompts x G samples, hljax vs `transformers.generate`, in one run.
 
     python bench/rollout.py [--size 0.6b] [--prompts 4] [--samples 8] [--prompt-len 1000] [--new 128]
-                            [--dtypes float32,bfloat16] [--layers N] [--stagger 0.5] [--http]
+                            [--dtypes float32,bfloat16] [--layers N] [--stagger 0.5] [--http] [--sglang-jax]
 
 Same random weights for both (a `bench/generate.py` size, `--layers` to shrink it). Every completion
 is `--new` tokens long (ignore_eos / min_new_tokens), sampled at temperature 1 with no top-k/top-p.
@@ -12,7 +12,8 @@ is `--new` tokens long (ignore_eos / min_new_tokens), sampled at temperature 1 w
 - staggered (`--stagger S`): the P requests (G samples each) arrive S seconds apart. hljax serves them
   through its continuous batch (requests join the running decode); transformers, which has no server,
   one `generate` at a time, each as soon as the previous finished. Time to the last completion.
-`--http` also runs the batch case through our SGLang-compatible server and client.
+`--http` also runs the batch case through our SGLang-compatible server and client; `--sglang-jax` on
+sglang-jax (the JAX SGLang, real; CPU here) serving the same folder, with log-probs, as GRPO asks.
 """
 
 import argparse
@@ -105,6 +106,25 @@ def hljax_http(engine, tokenizer, path, prompts, G, new):
     return secs
 
 
+def sglang_jax_batch(path, dtype, prompts, G, new, max_batch):
+    """The batch case on sglang-jax (its own venv, scripts/sglang_jax.sh setup) serving the same folder:
+    P requests of G copies, sent at once (the client sends one copy per request; the server batches
+    them), log-probs returned as GRPO needs them. -> (seconds, start-up seconds)."""
+    from hljax.generate.sglang_jax import ManagedSGLangJax
+
+    L = len(prompts[0])
+    server = ManagedSGLangJax(path, None, max_batch=max_batch, max_seq_len=L + new,
+                              pool_tokens=len(prompts) * G * (L + new), dtype=dtype,
+                              extra_args=("--skip-tokenizer-init",), log_path=os.path.join(path, "sglang-jax.log"))
+    try:
+        sp = SamplingParams(max_new_tokens=new, temperature=1.0, seed=0, ignore_eos=True)
+        server.generate_ids(prompts, sp, n=G, return_logprobs=True)  # Warm-up, as for ours.
+        secs, _ = _timed(lambda: server.generate_ids(prompts, sp, n=G, return_logprobs=True))
+    finally:
+        server.stop()
+    return secs, server.restart_s[0]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="0.6b", choices=sorted(SIZES))
@@ -117,6 +137,7 @@ def main():
     parser.add_argument("--max-batch", type=int, default=32, help="hljax decode slots")
     parser.add_argument("--stagger", type=float, default=0.0, help="seconds between arrivals (0: skip)")
     parser.add_argument("--http", action="store_true", help="also through our HTTP server")
+    parser.add_argument("--sglang-jax", action="store_true", help="also on sglang-jax (a size with head_dim 128)")
     args = parser.parse_args()
     torch.set_num_threads(os.cpu_count())
     P, G, L, new = args.prompts, args.samples, args.prompt_len, args.new
@@ -152,6 +173,10 @@ def main():
                     engine.tokenizer = tokenizer
                 secs = hljax_http(engine, tokenizer, d, prompts, G, new)
                 print(f"{dtype:>9} batch over HTTP: hljax {tok / secs:7.1f} tok/s ({secs:6.1f} s)", flush=True)
+            if args.sglang_jax:
+                secs, start = sglang_jax_batch(d, dtype, prompts, G, new, max(args.max_batch, P * G))
+                print(f"{dtype:>9} batch: hljax {tok / ours:7.1f} tok/s | sglang-jax {tok / secs:7.1f} tok/s "
+                      f"({secs:6.1f} s; started in {start:.0f} s) | ratio {secs / ours:5.2f}x", flush=True)
             if args.stagger > 0:
                 hljax_staggered(engine, prompts[:1], G, new, 0.0)  # Compiles the one-request buckets.
                 ours = hljax_staggered(engine, prompts, G, new, args.stagger)

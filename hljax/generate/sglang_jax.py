@@ -115,11 +115,12 @@ class ManagedSGLangJax:
     """A `Generator` served by an sglang-jax child process; `stop()` ends it.
 
     max_batch: --max-running-requests; max_seq_len: --context-length; its KV pool holds `pool_tokens`
-    (its CPU attention reads the whole pool each step: keep it small). `log_path`: the server's output."""
+    (its CPU attention reads the whole pool each step: keep it small). `log_path`: the server's output;
+    `extra_args`: more launch_server flags."""
 
     def __init__(self, path: str, tokenizer, *, max_batch: int = 8, max_seq_len: int = 4096,
                  pool_tokens: int = 16384, dtype: str = "float32", log_path: str = "",
-                 client: ClientConfig = ClientConfig(), name: str = "sglang-jax"):
+                 client: ClientConfig = ClientConfig(), name: str = "sglang-jax", extra_args: Sequence[str] = ()):
         self.python = venv_python()
         self.tokenizer = tokenizer
         self.name = name
@@ -128,8 +129,10 @@ class ManagedSGLangJax:
                       "--max-total-tokens", str(max(pool_tokens, max_seq_len)), "--max-running-requests",
                       str(max_batch), "--page-size", "1", "--disable-overlap-schedule",
                       # Seeded sampling (copy_seed per row) is honoured only with this flag.
-                      "--enable-deterministic-sampling", *SERVE_FLAGS]
-        self._client_config = client
+                      "--enable-deterministic-sampling", *SERVE_FLAGS, *extra_args]
+        # One prompt copy per request: batched requests come back with log-probs of other rows' tokens
+        # in GRPO rollouts (SERVE_FLAGS); the server still batches the concurrent requests itself.
+        self._client_config = dataclasses.replace(client, batch_size=1, concurrency=max(client.concurrency, max_batch))
         self._proc: subprocess.Popen | None = None
         self.client: SGLangGenerator | None = None
         self.path = ""

@@ -42,8 +42,9 @@ class SamplingOverride:
     top_p: float | None = None  # Nucleus sampling (None: the followed block's).
     top_k: int | None = None  # Top-k, -1 off (None: the followed block's).
 
-    def following(self, base: Sampling) -> Sampling:
-        return Sampling(**{k: getattr(base, k) if v is None else v for k, v in dataclasses.asdict(self).items()})
+    def following(self, base: Sampling) -> SamplingOverride:
+        """This override with every None field set to `base`'s value (a config keeps it: what is used)."""
+        return dataclasses.replace(self, **{k: getattr(base, k) for k, v in dataclasses.asdict(self).items() if v is None})
 
 
 def _check_sampling(max_new_tokens: int, temperature: float, top_p: float, top_k: int) -> None:

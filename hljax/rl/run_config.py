@@ -13,7 +13,7 @@ from typing import Literal
 import ml_collections
 
 from hljax.config import FLAT, RUN_SANDBOX, ConfigError, DistributedSpec, ModelSpec, ServingSpec, SolverSpec, TaskSpec, typed
-from hljax.generate.types import Sampling, SamplingOverride
+from hljax.generate.types import Sampling
 from hljax.harness.prompts import PromptConfig
 from hljax.loop.rewards import RewardConfig
 from hljax.rl.states import StatesSpec
@@ -137,7 +137,7 @@ class RunConfig:
 
     def __post_init__(self):
         # The refresh samples as the training proposals do unless a config says otherwise (StatesSpec).
-        refresh = SamplingOverride(**dataclasses.asdict(self.states.refresh.following(self.grpo.sampling)))
+        refresh = self.states.refresh.following(self.grpo.sampling)
         object.__setattr__(self, "states", dataclasses.replace(self.states, refresh=refresh))
         if self.grpo.mu < 1:
             raise ConfigError(f"grpo.mu must be >= 1, got {self.grpo.mu}")
