@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from hljax.generate.http import ClientConfig, ServerError, request_json
 from hljax.generate.types import Completion, Message, SamplingParams, copy_seed, render_chat
@@ -39,7 +39,10 @@ def parse_urls(url: str | Sequence[str]) -> tuple[str, ...]:
 
 
 class SGLangGenerator:
-    def __init__(self, url: str | Sequence[str], tokenizer=None, config: ClientConfig = ClientConfig()):
+    def __init__(self, url: str | Sequence[str], tokenizer=None, config: ClientConfig = ClientConfig(),
+                 logprob_request: Mapping[str, Any] | None = None):
+        """`logprob_request`: more /generate fields for a request that asks log-probs (a server's quirk)."""
+        self.logprob_request = dict(logprob_request or {})
         self.urls = parse_urls(url)
         self.url = self.urls[0] if len(self.urls) == 1 else ",".join(self.urls)  # For messages and logs.
         self.tokenizer = tokenizer  # Needed by chat(): the template is rendered here, as for generate().
@@ -152,7 +155,7 @@ class SGLangGenerator:
 
         def send(chunk):
             body = {field: [prompts[i] for i, _ in chunk], "sampling_params": [sp for _, sp in chunk],
-                    "return_logprob": logprobs}
+                    "return_logprob": logprobs, **(self.logprob_request if logprobs else {})}
             url = self._pick()
             out = self._request("POST", "/generate", body, url=url)
             if not isinstance(out, list) or len(out) != len(chunk):

@@ -42,6 +42,13 @@ READY_S = 600.0  # Start-up compiles its programs: 33-53 s on 2 idle CPU cores, 
 SERVE_FLAGS = ("--disable-radix-cache", "--skip-server-warmup")
 
 
+# A request asking log-probs with nothing else goes down sglang-jax's "output log-probs only" path
+# (tokenizer_manager), which never advances its send offset (each 50-token flush's entries come back
+# again) and pairs entries with the wrong requests in merged batches. Asking top-1 log-probs as well
+# takes the main path, whose offsets are kept.
+LOGPROB_REQUEST = {"top_logprobs_num": 1}
+
+
 class SGLangJaxUnavailable(RuntimeError):
     """sglang-jax cannot be started here (no venv, or a model it cannot serve)."""
 
@@ -158,7 +165,8 @@ class ManagedSGLangJax:
             out.flush()
             self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           env=env, start_new_session=True)
-        self.client = SGLangGenerator(f"http://127.0.0.1:{port}", self.tokenizer, self._client_config)
+        self.client = SGLangGenerator(f"http://127.0.0.1:{port}", self.tokenizer, self._client_config,
+                                      logprob_request=LOGPROB_REQUEST)
         try:
             self._wait_ready()
         except BaseException:
