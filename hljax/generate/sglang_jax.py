@@ -25,6 +25,7 @@ import hljax
 from hljax.generate.client import SGLangGenerator
 from hljax.generate.http import ClientConfig
 from hljax.generate.types import Completion, Message, SamplingParams
+from hljax.signals import stop_point
 
 log = logging.getLogger(__name__)
 
@@ -180,8 +181,6 @@ class ManagedSGLangJax:
         proc = self._proc
 
         def stop_if_dead(what: str) -> None:
-            from hljax.signals import stop_point
-
             stop_point(what)
             if proc.poll() is not None:
                 raise SGLangJaxUnavailable(f"{self.name} exited with code {proc.returncode} while starting: "
