@@ -60,15 +60,19 @@ def sft_data(out: str, rounds: int) -> list[str]:
 def train(seed: int, out: str, config: str, extra: list[str]) -> tuple[str, float | None]:
     """`config` for `seed`; -> (run dir, wall seconds, None when an earlier run is reused)."""
     run_dir = os.path.join(out, f"train-seed{seed}")
-    seconds = None
+    wall = os.path.join(run_dir, "bench_wall_s.txt")  # Kept, so a reused run still reports its time.
     if not os.path.exists(os.path.join(run_dir, "export", "config.json")):
         cmd = [sys.executable, "-m", "launch.train", "--config", config, f"--config.seed={seed}",
                f"--config.run_dir={run_dir}", "--config.export.after_sft=True", *extra]
         print("$", " ".join(cmd), flush=True)
         t = time.time()
         subprocess.run(cmd, cwd=ROOT, check=True)
-        seconds = time.time() - t
-    return run_dir, seconds
+        with open(wall, "w") as f:
+            f.write(f"{time.time() - t:.0f}\n")
+    if os.path.exists(wall):
+        with open(wall) as f:
+            return run_dir, float(f.read())
+    return run_dir, None
 
 
 def eval_config(seed: int, role: str, protocol: str, name: str, proposers: tuple[str, ...], report: str, args):
@@ -331,7 +335,8 @@ def main():
         f"not a real model's scores; each family's weaknesses: hljax/tasks/bottlenecks.py, fixed before any "
         f"held-out score was measured), the tiny proposer trained by {args.config}, seeds {seeds}: mean ± standard "
         f"deviation over seeds of the mean over families. {args.eval_questions} held-out questions per family; "
-        f"`python bench/learning.py {' '.join(sys.argv[1:])}` ({minutes:.0f} min on 2 CPU cores, "
+        f"`python bench/learning.py {' '.join(sys.argv[1:])}` (this command {minutes:.0f} min on 2 CPU cores, "
+        "reusing the training runs and evaluations it found finished, "
         f"{time.strftime('%Y-%m-%d')}).",
         "",
         "| families | row | single step: mean of 8 | single step: best of 8 (oracle) | 5 rounds keep_if_better |",
@@ -363,7 +368,7 @@ def main():
     lines += ["", f"GRPO of {args.config}, `score/mean` of the sampled candidates (first quarter of GRPO steps "
               "-> last quarter): " + "; ".join(f"seed {s}: {a:.3f} -> {b:.3f}" for s, (a, b) in zip(seeds, rises))
               + ". Wall time of each training run: "
-              + ", ".join("reused" if w is None else f"{w / 60:.1f} min" for w in walls) + "."]
+              + ", ".join("not recorded" if w is None else f"{w / 60:.1f} min" for w in walls) + "."]
     table = "\n".join(lines)
     print("\n" + table)
     per_task = {role: cells.get((role, "single", "mean"), {}) for role in roles}

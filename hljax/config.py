@@ -219,10 +219,11 @@ class SolverSpec:
 
 @dataclasses.dataclass(frozen=True)
 class TaskSpec:
-    # Task suite: Reasoning Gym families or multi-hop QA.
-    suite: Literal["reasoning_gym", "multihop_qa"] = "reasoning_gym"
-    role: Literal["sft", "rl", "heldout"] = "rl"  # Which family list of hljax/tasks/rg_families.py.
-    families: tuple[str, ...] = ()  # A subset of that list.
+    # Task suite: "reasoning_gym", "multihop_qa", a task file "path/to/task.py" or "package.module:NAME"
+    # (hljax/tasks/suite.py, docs/tasks.md).
+    suite: str = "reasoning_gym"
+    role: Literal["sft", "rl", "heldout"] = "rl"  # reasoning_gym: which family list of hljax/tasks/rg_families.py.
+    families: tuple[str, ...] = ()  # reasoning_gym: a subset of that list; a task file: some of its task names.
     qa_files: tuple[str, ...] = ()  # multihop_qa: "dataset:path" entries (hotpotqa, musique, 2wikimultihopqa).
     qa_aliases: str = ""  # 2WikiMultihopQA's id_aliases.json, if given.
     feedback: int = 4  # Questions per feedback round (the report).

@@ -48,21 +48,37 @@ def one_line(text: str, limit: int = 600) -> str:
 
 
 def check_run_dir(run_dir: str, key: str = "run_dir") -> None:
-    """`run_dir` can be created and written: a probe file is written there and deleted."""
+    """`run_dir` can be created and written: a probe file is written there and deleted, and so are
+    the folders made for it, so a failed start leaves nothing behind."""
     probe = os.path.join(run_dir, f".preflight-{socket.gethostname()}-{os.getpid()}")
+    made = _missing_folders(run_dir)
     try:
         os.makedirs(run_dir, exist_ok=True)
         with open(probe, "w") as f:
             f.write("probe")
         os.remove(probe)
+        for folder in made:  # Deepest first; the run makes them again when it starts.
+            os.rmdir(folder)
     except OSError as e:
         raise PreflightError(f"{key}: cannot write in {run_dir!r} ({e.strerror or e}): give --config.{key} a path "
                              "whose folders you can create and write") from None
 
 
+def _missing_folders(path: str) -> list[str]:
+    """The folders of `path` that do not exist yet, deepest first."""
+    out, path = [], os.path.abspath(path)
+    while not os.path.exists(path):
+        out.append(path)
+        path = os.path.dirname(path)
+    return out
+
+
 def check_disk(run_dir: str, need_bytes: int, why: str) -> None:
     """At least `need_bytes` free on `run_dir`'s file system (`why`: how the number was reached)."""
-    free = shutil.disk_usage(run_dir).free
+    existing = os.path.abspath(run_dir)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    free = shutil.disk_usage(existing).free
     if free < need_bytes:
         raise PreflightError(f"run_dir={run_dir!r}: {_gb(free)} free on its disk, the run needs about {_gb(need_bytes)} "
                              f"({why}): free space, lower checkpoint.keep, or put run_dir on a larger disk")
@@ -154,6 +170,48 @@ def check_qa_files(entries: Iterable[str], aliases: str = "") -> None:
     if aliases and not os.path.isfile(aliases):
         raise PreflightError(f"tasks.qa_aliases={aliases!r} does not exist: give 2WikiMultihopQA's "
                              "id_aliases.json, or '' for none")
+
+
+def check_tasks(spec, seed: int, need: dict[str, tuple[int, str]]) -> None:
+    """`tasks.suite` loads, its tasks build with the split questions the run needs (`need`: split ->
+    (count, the config keys that ask for them)), and its seed harness keeps the contract; a task file's scorer gives a number in [0, 1]
+    for the first questions' references and for an empty answer. Multi-hop QA files are only
+    checked to exist (check_qa_files): reading them can take minutes."""
+    from hljax.harness import contract
+    from hljax.tasks.plugin import PluginTask
+    from hljax.tasks.splits import SplitExhausted
+    from hljax.tasks.suite import build_tasks, load_suite
+
+    try:
+        suite = load_suite(spec.suite)
+        violation = contract.check(suite.seed_harness)
+        if violation:
+            raise PreflightError(f"tasks.suite={spec.suite!r}: its seed harness {violation.reason}")
+        if suite.name == "multihop_qa":
+            return check_qa_files(spec.qa_files, spec.qa_aliases)
+        with _quiet("absl"):
+            tasks = build_tasks(spec, seed)
+        for task in tasks:
+            for split, (n, _) in need.items():
+                task.take(split, n)
+    except SplitExhausted as e:
+        raise PreflightError(f"{one_line(str(e))}: give the task more questions, or lower {_need_keys(need, str(e))}") from e
+    except ValueError as e:
+        raise PreflightError(one_line(str(e))) from e
+    for task in tasks:
+        if isinstance(task, PluginTask):
+            for q in task.take("feedback", 1) + task.take("scoring", 1) + task.take("eval", 1):
+                for answer in (q.answer, ""):
+                    score = task.score(answer, q)
+                    if score.error:
+                        raise PreflightError(f"task {task.name!r}: its scorer on answer {answer!r} of question "
+                                             f"{q.text[:60]!r}: {one_line(score.error, 300)}: return a float in [0, 1]")
+
+
+def _need_keys(need: dict[str, tuple[int, str]], message: str) -> str:
+    """The keys behind the split the message names (SplitExhausted says 'asked for <split> questions')."""
+    return next((f"{keys} ({n} {split} questions per task)" for split, (n, keys) in need.items()
+                 if f"asked for {split} questions" in message), "the questions asked")
 
 
 def check_server(url: str, key: str, path: str = "/health", timeout_s: float = SERVER_TIMEOUT_S,
@@ -287,8 +345,11 @@ def train(cfg: RunConfig) -> list[str]:
             _timed("metrics.backends", check_metrics, cfg.metrics.backends)]
     if cfg.sft_steps:
         done.append(_timed("sft.data", check_file, cfg.sft.data, "sft.data", "the SFT JSONL"))
-    if cfg.grpo_steps and cfg.tasks.suite == "multihop_qa":
-        done.append(_timed("tasks.qa_files", check_qa_files, cfg.tasks.qa_files, cfg.tasks.qa_aliases))
+    if cfg.grpo_steps:
+        need = {"feedback": (cfg.tasks.feedback * cfg.grpo.state_rounds, "tasks.feedback x grpo.state_rounds"),
+                "scoring": (cfg.grpo.scoring_questions * cfg.grpo.scoring_windows,
+                            "grpo.scoring_questions x grpo.scoring_windows")}
+        done.append(_timed("tasks", check_tasks, cfg.tasks, cfg.seed, need))
     if cfg.model.path:
         model = check_model_dir(cfg.model.path)
         params = _safetensors_params(cfg.model.path) or _params(model)
@@ -321,8 +382,11 @@ def evaluate(cfg: EvalRunConfig) -> list[str]:
     """launch.adapt and launch.evaluate: run_dir, QA files, proposers, solver, sandbox."""
     done = [_timed("run_dir", check_run_dir, cfg.run_dir),
             _timed("run_dir config", check_rerun, os.path.join(cfg.run_dir, "config.json"), cfg, "evaluate")]
-    if cfg.tasks.suite == "multihop_qa":
-        done.append(_timed("tasks.qa_files", check_qa_files, cfg.tasks.qa_files, cfg.tasks.qa_aliases))
+    rounds = cfg.adapt.rounds if cfg.evaluation.protocol == "rounds" else 1
+    need = {"feedback": (cfg.tasks.feedback * rounds, "tasks.feedback x adapt.rounds"),
+            "scoring": (cfg.adapt.scoring_questions, "adapt.scoring_questions"),
+            "eval": (cfg.evaluation.eval_questions, "evaluation.eval_questions")}
+    done.append(_timed("tasks", check_tasks, cfg.tasks, cfg.seed, need))
     for entry in cfg.proposers:
         key = f"proposers[{entry.label}]"
         if entry.url:
@@ -355,8 +419,9 @@ def collect(cfg: CollectConfig) -> list[str]:
     """launch.collect: run_dir and the output's folder, QA files, teacher, solver, sandbox."""
     done = [_timed("run_dir", check_run_dir, cfg.run_dir), _timed("out", check_run_dir, os.path.dirname(cfg.out) or ".", "out"),
             _timed("out config", check_rerun, cfg.stem + ".config.json", cfg, "collect")]
-    if cfg.tasks.suite == "multihop_qa":
-        done.append(_timed("tasks.qa_files", check_qa_files, cfg.tasks.qa_files, cfg.tasks.qa_aliases))
+    need = {"feedback": (cfg.tasks.feedback * cfg.rounds, "tasks.feedback x rounds"),
+            "scoring": (cfg.scoring_questions, "scoring_questions")}
+    done.append(_timed("tasks", check_tasks, cfg.tasks, cfg.seed, need))
     teacher = cfg.teacher
     if teacher.backend == "remote":
         if teacher.api == "sglang":

@@ -17,6 +17,7 @@ PACKAGES = ("hljax", "sandbox", "launch")
 LAYERS = (
     ("configs",),  # Experiment files: nothing in the packages imports them.
     ("launch",),
+    ("hljax.api",),  # The Python API: the launchers' objects behind a few functions.
     ("hljax.preflight",),  # The launchers' start-up checks, over every typed config.
     ("hljax.loop", "hljax.rl", "hljax.data"),
     ("hljax.endpoints",),  # Generator construction: every backend opened in one place.

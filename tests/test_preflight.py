@@ -124,9 +124,9 @@ def test_good_tiny_config_passes(tmp_path):
     c = tiny.get_config()
     c.run_dir = str(tmp_path / "run")
     done = preflight.train(RunConfig.from_config(c))
-    assert [d.split()[0] for d in done] == ["run_dir", "run_dir", "metrics.backends", "sft.data", "model.preset",
-                                          "disk", "sandbox"]
-    assert os.listdir(tmp_path / "run") == []  # The probe file is gone.
+    assert [d.split()[0] for d in done] == ["run_dir", "run_dir", "metrics.backends", "sft.data", "tasks",
+                                          "model.preset", "disk", "sandbox"]
+    assert os.listdir(tmp_path) == []  # The probe file is gone, and the folder made for it.
 
 
 def test_evaluate_and_collect_name_the_bad_entry(tmp_path):

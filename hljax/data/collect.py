@@ -50,7 +50,6 @@ from hljax.data.collect_config import CollectConfig
 from hljax.endpoints import Endpoint, solver_spec, to_generator_spec
 from hljax.generate.openai_chat import ChatModel, OpenAIOptions, api_key_from_env
 from hljax.harness import filters as fl
-from hljax.harness import seeds
 from hljax.harness.history import HistoryConfig, HistoryEntry, make_entry
 from hljax.loop import rewards
 from hljax.loop.records import candidate_id
@@ -60,7 +59,7 @@ from hljax.signals import stop_point
 from hljax.tasks.base import Question, Task
 from hljax.tasks.multihop_qa import QAPayload
 from hljax.tasks.reasoning_gym import RGPayload
-from hljax.tasks.suite import SEED_HARNESS, build_tasks
+from hljax.tasks.suite import build_tasks, seed_harness
 from sandbox.pool import SandboxPool
 from sandbox.results import JobResult
 
@@ -203,7 +202,7 @@ class Collector:
         self._endpoints.append(solver)
         self.pool = SandboxPool(cfg.sandbox, solver.generator, cfg.solver.budget)
         self.tasks: list[Task] = build_tasks(cfg.tasks, cfg.seed)
-        self.seed_harness = seeds.load(SEED_HARNESS[cfg.tasks.suite])
+        self.seed_harness = seed_harness(cfg.tasks)
         self._parent: dict[str, tuple[float, list[Question]]] = {}
 
     def close(self) -> None:

@@ -25,7 +25,6 @@ from hljax import sharding as shd
 from hljax.config import check_rerun, save_config
 from hljax.endpoints import Endpoint, GeneratorSpec, solver_spec, to_generator_spec
 from hljax.tasks.simulated_solver import LABEL as SIMULATED_LABEL
-from hljax.harness import seeds
 from hljax.loop import records as rec
 from hljax.loop import tables
 from hljax.harness.prompts import PromptConfig, history_text
@@ -36,7 +35,7 @@ from hljax.seeding import derive_seed
 from hljax.signals import stop_point
 from hljax.tasks.base import Question, Task
 from hljax.tasks.jobs import run_codes
-from hljax.tasks.suite import SEED_HARNESS, build_tasks
+from hljax.tasks.suite import build_tasks, seed_harness
 from sandbox.pool import SandboxPool
 
 log = logging.getLogger(__name__)
@@ -135,7 +134,7 @@ def run(cfg: EvalRunConfig) -> dict:
     tasks = build_tasks(cfg.tasks, cfg.seed)
     # Tasks are independent: each process takes its share, and process 0 tabulates from the files.
     mine = tasks[distributed.process_index()::distributed.process_count()]
-    seed_code = seeds.load(SEED_HARNESS[cfg.tasks.suite])
+    seed_code = seed_harness(cfg.tasks)
     protocol = single_revision if cfg.evaluation.protocol == "single" else adaptation_runs
     os.makedirs(cfg.run_dir, exist_ok=True)
     if distributed.is_main():

@@ -28,7 +28,6 @@ from hljax.checkpoint import hf
 from hljax.config import TaskSpec
 from hljax.endpoints import Endpoint, GeneratorSpec
 from hljax.generate.types import Completion, TrainableGenerator, render_chat
-from hljax.harness import seeds
 from hljax.harness.prompts import PromptConfig
 from hljax.loop import rewards as rw
 from hljax.loop.revision import candidate, score_candidates
@@ -37,7 +36,7 @@ from hljax.rl.states import StatePool, StatesSpec, state_key
 from hljax.rl.config import LossConfig
 from hljax.rl.grpo import group_advantages, zero_variance_groups
 from hljax.seeding import derive_seed
-from hljax.tasks.suite import SEED_HARNESS, build_tasks
+from hljax.tasks.suite import build_tasks, seed_harness
 from sandbox.config import SandboxConfig, SolverConfig
 from sandbox.pool import SandboxPool
 
@@ -123,7 +122,7 @@ class Rollouts:
         self.pool = SandboxPool(sandbox, self.solver, budget)
 
         self.tasks = build_tasks(tasks, seed)
-        self.seed_harness = seeds.load(SEED_HARNESS[tasks.suite])
+        self.seed_harness = seed_harness(tasks)
         self.states = StatePool(states, self.tasks, self.seed_harness, self.pool, grpo.state_rounds, states_dir,
                                 seed=seed, prompt=prompt, enable_thinking=enable_thinking)
 

@@ -1,4 +1,5 @@
-"""The `Task` protocol shared by the Reasoning Gym and multi-hop QA suites, and its value types.
+"""The `Task` protocol every task suite implements (Reasoning Gym, multi-hop QA, a user's own task
+file: docs/tasks.md), the `Suite` that builds a run's tasks, and their value types.
 
 A task owns its questions (split into feedback / scoring / eval, see splits.py), scores answers and
 supplies the tools a harness may call. Only `Question.text` ever enters the sandbox: the reference
@@ -42,7 +43,7 @@ class Score:
 
 
 class Task(Protocol):
-    """What the revision loop needs from a task suite."""
+    """Everything the loops call on a task: adaptation, evaluation, GRPO rollouts and SFT collection."""
 
     @property
     def name(self) -> str:
@@ -67,6 +68,11 @@ class Task(Protocol):
         """Fresh feedback questions for revision round `round_index` (disjoint across rounds)."""
         ...
 
+    def take(self, split: Split, n: int, start: int = 0) -> list[Question]:
+        """Questions [start, start + n) of `split` in a fixed order (scoring windows, evaluation
+        sets larger than configured); splits.SplitExhausted if the split has fewer."""
+        ...
+
     def score(self, answer: str, question: Question) -> Score:
         """Score an answer in this process: for trusted text only (references, tests). Never raises:
         a scorer exception becomes `Score(0, error=...)`. Harness answers are scored through
@@ -84,6 +90,19 @@ class Task(Protocol):
     def tools(self, question: Question) -> Mapping[str, Callable[..., Any]]:
         """The question's tool functions by name (keys match `tool_specs`); they return JSON values."""
         ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    """A task suite as a run finds it by `tasks.suite` (hljax/tasks/suite.py): how to build its tasks
+    and the harness revision starts from."""
+
+    name: str
+    # (TaskSpec, SplitConfig, seed) -> tasks; the spec's suite-specific fields (families, QA files)
+    # are the suite's to read; a bad value raises ValueError naming the key and the fix.
+    build: Callable[[Any, Any, int], list[Task]]
+    seed_harness: str  # Source of the seed harness h_0 (a module defining solve(question, solver)).
+    names: tuple[str, ...] = ()  # Its task names where known without building (tasks.families checks).
 
 
 def guarded(score_fn: Callable[[], float]) -> Score:

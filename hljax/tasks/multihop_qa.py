@@ -16,9 +16,10 @@ import json
 import os
 from typing import Any, Callable, Iterator, Literal, Mapping
 
+from hljax.harness import seeds
 from hljax.harness.contract import RETRIEVE, ToolSpec
 from sandbox.results import ScorerSpec
-from hljax.tasks.base import Question, Score, Split
+from hljax.tasks.base import Question, Score, Split, Suite
 from hljax.tasks.qa_metrics import best_over_golds, f1_score
 from hljax.tasks.scorers import qa_spec, score_qa
 from hljax.tasks.retrieval import BM25Retriever, Paragraph
@@ -351,3 +352,20 @@ class MultiHopQATask:
             payload=QAPayload(golds=(record.answer, *record.aliases), paragraphs=record.paragraphs, kind=record.kind),
         )
 
+
+
+def build_suite(spec, splits: SplitConfig, seed: int) -> list[MultiHopQATask]:
+    """One task per `tasks.qa_files` entry ('dataset:path')."""
+    if not spec.qa_files:
+        raise ValueError("tasks.qa_files must name at least one dataset:path for the multihop_qa suite")
+    tasks = []
+    for entry in spec.qa_files:
+        name, sep, path = entry.partition(":")
+        if not sep:
+            raise ValueError(f"tasks.qa_files entry {entry!r} must be 'dataset:path'")
+        aliases = spec.qa_aliases or None if name == "2wikimultihopqa" else None
+        tasks.append(MultiHopQATask(QATaskConfig(dataset=name, path=path, splits=splits, aliases_path=aliases)))
+    return tasks
+
+
+SUITE = Suite("multihop_qa", build_suite, seeds.load("multihop_qa"))

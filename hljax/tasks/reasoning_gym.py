@@ -13,10 +13,11 @@ from typing import Any, Iterator, Literal, Mapping
 import reasoning_gym
 from reasoning_gym.factory import DATASETS
 
+from hljax.harness import seeds
 from hljax.harness.contract import ToolSpec
 from hljax.tasks import rg_families
 from sandbox.results import ScorerSpec
-from hljax.tasks.base import Question, Score, Split
+from hljax.tasks.base import Question, Score, Split, Suite
 from hljax.tasks.formats import FORMATS, check_format_names, choose_format, render_question
 from hljax.tasks.scorers import reasoning_gym_spec, score_reasoning_gym
 from hljax.tasks.splits import QuestionSplits, SplitConfig, question_id
@@ -205,3 +206,19 @@ class ReasoningGymTask:
 def family_tasks(lists: FamilyLists, role: Role, base: RGTaskConfig) -> dict[str, ReasoningGymTask]:
     """One task per family of `role`, each `base` with its family swapped in."""
     return {f: ReasoningGymTask(dataclasses.replace(base, family=f)) for f in lists.families(role)}
+
+
+def build_suite(spec, splits: SplitConfig, seed: int) -> list[ReasoningGymTask]:
+    """The run's families: `tasks.families` (checked against the `tasks.role` list), else that list."""
+    lists = FamilyLists.shipped()
+    known = lists.families(spec.role)
+    unknown = [f for f in spec.families if f not in known]
+    if unknown:
+        raise ValueError(f"tasks.families {unknown} are not in the {spec.role!r} list of hljax/tasks/rg_families.py: "
+                         f"give some of {list(known)}, or another tasks.role")
+    base = RGTaskConfig(family=known[0], generator_seed=seed, pool_size=spec.pool_size, splits=splits,
+                        **({"formats": tuple(spec.formats)} if spec.formats else {}))
+    return [ReasoningGymTask(dataclasses.replace(base, family=f)) for f in spec.families or known]
+
+
+SUITE = Suite("reasoning_gym", build_suite, seeds.load("reasoning"))

@@ -53,6 +53,7 @@ from hljax.generate.types import Completion, Message, SamplingParams
 from hljax.tasks import bottlenecks
 from hljax.tasks.base import Question, Task
 from hljax.tasks.formats import FORMATS, INTROS
+from hljax.tasks.plugin import PluginTask
 from hljax.tasks.reasoning_gym import RGPayload, category
 
 LABEL = "simulated solver (a stand-in for an LLM on CPU; scores are not a real model's)"
@@ -136,20 +137,26 @@ class SimulatedSolver:
 
     def register(self, task: Task, questions: Sequence[Question]) -> None:
         """Make `questions` of `task` answerable. Called by the trusted side, never by the sandbox."""
-        accuracy = self._task_accuracy(task.name)
+        accuracy, kinds = self._profile(task)
         with self._lock:
             for q in questions:
                 key = _key_line(q.text)
                 entries = self._by_line.setdefault(key, [])
                 if all(e.question.qid != q.qid for e in entries):
                     answer, fmt = _content(q)
-                    entries.append(_Entry(q, answer, fmt, accuracy, bottlenecks.kinds(task.name)))
+                    entries.append(_Entry(q, answer, fmt, accuracy, kinds))
 
-    def _task_accuracy(self, name: str) -> float:
+    def _profile(self, task: Task) -> tuple[float, tuple[str, ...]]:
+        """Accuracy and weaknesses: a Reasoning Gym family's from its category and the bottleneck
+        table; a plug-in task's from its TaskDef (`simulated_accuracy`, `simulated_weaknesses`); any
+        other task's the default accuracy and none."""
         b = self.behaviour
-        if name.startswith("rg/"):
-            return b.base_accuracy.get(category(name[3:]), b.default_accuracy)
-        return b.default_accuracy
+        if isinstance(task, PluginTask):
+            accuracy = task.simulated_accuracy
+            return (b.default_accuracy if accuracy is None else accuracy), task.simulated_weaknesses
+        if task.name.startswith("rg/"):
+            return b.base_accuracy.get(category(task.name[3:]), b.default_accuracy), bottlenecks.kinds(task.name)
+        return b.default_accuracy, ()
 
     # ----- Generator -----
 

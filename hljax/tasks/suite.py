@@ -1,16 +1,21 @@
-"""Build the tasks a run revises harnesses for, and the seed harness they start from."""
+"""Find a run's task suite by `tasks.suite`, build its tasks, and give the seed harness they start from.
+
+`tasks.suite` is a name registered in SUITES (the built-in suites), a task file `path/to/task.py`,
+or `package.module:NAME` (docs/tasks.md). A built-in suite is one module that defines `SUITE` plus
+one line here.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Sequence
+import importlib
 
-from hljax.tasks.base import Task
-from hljax.tasks.multihop_qa import MultiHopQATask, QATaskConfig
-from hljax.tasks.reasoning_gym import FamilyLists, ReasoningGymTask, RGTaskConfig, family_tasks
+from hljax.tasks.base import Suite, Task
 from hljax.tasks.splits import SplitConfig
 
-SEED_HARNESS = {"reasoning_gym": "reasoning", "multihop_qa": "multihop_qa"}
+SUITES = {
+    "reasoning_gym": "hljax.tasks.reasoning_gym:SUITE",
+    "multihop_qa": "hljax.tasks.multihop_qa:SUITE",
+}
 
 
 def split_config(feedback: int, scoring: int, eval_: int, seed: int) -> SplitConfig:
@@ -18,39 +23,25 @@ def split_config(feedback: int, scoring: int, eval_: int, seed: int) -> SplitCon
     return SplitConfig(seed=seed, feedback_size=feedback, scoring_size=scoring, eval_size=eval_)
 
 
+def load_suite(ref: str) -> Suite:
+    """The suite `ref` names; ValueError (a plugin.TaskFileError for task files) naming the fix."""
+    if ref in SUITES:
+        module, _, attr = SUITES[ref].partition(":")
+        return getattr(importlib.import_module(module), attr)
+    if ref.endswith(".py") or ":" in ref:
+        from hljax.tasks import plugin  # Only runs on a user's task import it.
+
+        return plugin.load(ref)
+    raise ValueError(f"tasks.suite={ref!r} is not a built-in suite ({', '.join(SUITES)}), a task file "
+                     "(path/to/task.py) or 'package.module:NAME' (docs/tasks.md)")
+
+
 def build_tasks(spec, seed: int) -> list[Task]:
     """`spec`: a run's TaskSpec (suite, role/families or QA files, split sizes)."""
     splits = split_config(spec.feedback, spec.scoring, spec.eval, seed)
-    if spec.suite == "reasoning_gym":
-        lists = FamilyLists.shipped()
-        families = spec.families or lists.families(spec.role)
-        base = RGTaskConfig(family=families[0], generator_seed=seed, pool_size=spec.pool_size, splits=splits,
-                            **({"formats": tuple(spec.formats)} if spec.formats else {}))
-        if spec.families:
-            unknown = [f for f in spec.families if f not in lists.families(spec.role)]
-            if unknown:
-                raise ValueError(f"tasks.families {unknown} are not in the {spec.role!r} list of "
-                                 "hljax/tasks/rg_families.py")
-            return [ReasoningGymTask(dataclasses.replace(base, family=f)) for f in families]
-        return list(family_tasks(lists, spec.role, base).values())
-    if spec.suite == "multihop_qa":
-        if not spec.qa_files:
-            raise ValueError("tasks.qa_files must name at least one dataset:path for the multihop_qa suite")
-        return [MultiHopQATask(QATaskConfig(dataset=name, path=path, splits=splits,
-                                            aliases_path=_aliases(spec.qa_aliases, name)))
-                for name, path in _pairs(spec.qa_files)]
-    raise ValueError(f"unknown task suite {spec.suite!r}; valid: {sorted(SEED_HARNESS)}")
+    return load_suite(spec.suite).build(spec, splits, seed)
 
 
-def _pairs(entries: Sequence[str]) -> list[tuple[str, str]]:
-    out = []
-    for entry in entries:
-        name, sep, path = entry.partition(":")
-        if not sep:
-            raise ValueError(f"tasks.qa_files entry {entry!r} must be 'dataset:path'")
-        out.append((name, path))
-    return out
-
-
-def _aliases(path: str, dataset: str) -> str | None:
-    return path or None if dataset == "2wikimultihopqa" else None
+def seed_harness(spec) -> str:
+    """The source of the harness every task of the run starts from."""
+    return load_suite(spec.suite).seed_harness
