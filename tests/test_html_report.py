@@ -223,9 +223,15 @@ def test_report_of_run_without_rounds(tmp_path):
     assert [n.attrs["data-id"] for n in _tree_nodes(root)] == ["seed"]
 
 
-def test_index_links_each_task_with_its_final_score(tmp_path):
-    pages = [html_report.write_report(_build_run(tmp_path / t, task=t), str(tmp_path / "pages" / f"{t}.html"))
-             for t in ("word_sorting", "<i>evil task</i>")]
+def test_index_links_each_task_with_its_held_out_scores(tmp_path):
+    """The index leads with the held-out figures results.md shows (from each run's eval.json), per
+    proposer, and labels the scores on the run's own scoring questions as such (issue 38)."""
+    runs = [_build_run(tmp_path / t, task=t) for t in ("word_sorting", "<i>evil task</i>")]
+    for run, final in zip(runs, ([0.5, 1.0], [0.0, 0.25])):
+        with open(os.path.join(run, "eval.json"), "w") as f:
+            json.dump({"qids": ["a", "b"], "scores": {"seed": [0.0, 0.5], "r1c1": final}}, f)
+    pages = [html_report.write_report(run, str(tmp_path / "pages" / f"{i}.html"), proposer="rl", solver="simulated solver")
+             for i, run in enumerate(runs)]
     out = html_report.write_index(pages, str(tmp_path / "index.html"))
     text = open(out, encoding="utf-8").read()
     root = _Dom(text).root
@@ -234,7 +240,12 @@ def test_index_links_each_task_with_its_final_score(tmp_path):
     assert [a.all_text() for a in links] == ["word_sorting", "<i>evil task</i>"]
     for a, page in zip(links, pages):
         assert os.path.samefile(os.path.join(tmp_path, a.attrs["href"]), page)
-    assert [n.all_text() for n in table.find_all("td", cls="final")] == ["0.650", "0.650"]
+    assert [n.all_text() for n in table.find_all("td", cls="final")] == ["0.750", "0.125"]
+    assert "rl: 0.438 over 2 task runs" in text and "solver: simulated solver" in text
+    assert "0.400 → 0.650" in text and "on the run's scoring questions" in text
+    page = open(pages[0], encoding="utf-8").read()
+    assert "seed 0.250 → final harness 0.750 (2 eval-split questions" in page
+    assert "the run&#x27;s 3 scoring questions (not held out)" in page
     assert not root.find_all("i")  # The task name's markup stayed text.
 
 

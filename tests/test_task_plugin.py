@@ -2,6 +2,7 @@
 loading, splits that reproduce across processes, scoring in the scorer sandbox, bad input refused at
 start-up in one line, and the launchers (adaptation, evaluation, two GRPO steps) on it."""
 
+import csv
 import json
 import os
 import subprocess
@@ -213,14 +214,19 @@ def test_adaptation_evaluation_and_two_grpo_steps_on_a_task_file(tmp_path):
     assert "What is" in rounds[0].report  # The report shows this task's feedback questions.
     with open(os.path.join(adapt, "seed", "adder", "eval.json")) as f:
         assert len(json.load(f)["qids"]) == 4
-    assert os.path.exists(os.path.join(adapt, "index.html"))
+    # The HTML index and the console's table (results.csv) give the same held-out figures (issue 38).
+    index = open(os.path.join(adapt, "index.html"), encoding="utf-8").read()
+    means = {r["proposer"]: float(r["mean"]) for r in csv.DictReader(open(os.path.join(adapt, "results.csv")))}
+    assert f"tiny: {means['tiny']:.3f} over 1 task runs" in index and means["seed"] > 0
+    assert f'<td>{means["seed"]:.3f}</td><td class="final">{means["tiny"]:.3f}</td>' in index
+    assert "solver: simulated solver" in index
 
     evaluate = str(tmp_path / "eval")
     _launch("launch.evaluate", "configs/adapt_tiny.py", f"--config.run_dir={evaluate}",
             "--config.evaluation.protocol=single", *task, *small)
-    with open(os.path.join(evaluate, "results.csv")) as f:
-        rows = f.read()
-    assert "adder" in rows and "seed" in rows
+    means = {r["proposer"]: float(r["mean"]) for r in csv.DictReader(open(os.path.join(evaluate, "results.csv")))}
+    index = open(os.path.join(evaluate, "index.html"), encoding="utf-8").read()
+    assert f"tiny: {means['tiny']:.3f} over 1 task runs" in index and "mean over proposals" in index
 
     run = str(tmp_path / "grpo")
     _launch("launch.train", "configs/tiny.py", f"--config.run_dir={run}", "--config.mode=grpo",

@@ -238,15 +238,20 @@ def tabulate(cfg: EvalRunConfig, tasks: Sequence[Task]) -> dict:
     with open(out["results_md"], "w") as f:
         f.write(tables.results_markdown(results, cfg.evaluation.protocol, notes))
     with open(out["results_csv"], "w") as f:
-        f.write(tables.to_csv(results))
+        f.write(tables.to_csv(results, solver_label(cfg)))
     if cfg.report.plots and cfg.evaluation.protocol == "rounds":
-        out["plot"] = plot_rounds(results, os.path.join(cfg.run_dir, "score_vs_round.png"))
+        out["plot"] = plot_rounds(results, os.path.join(cfg.run_dir, "score_vs_round.png"), solver_label(cfg))
     if cfg.report.html:
         out["html"] = write_reports(cfg, tasks)
     return out
 
 
-def plot_rounds(results: Sequence[tables.TaskResult], path: str) -> str:
+def solver_label(cfg: EvalRunConfig) -> str:
+    """Who answered the harnesses' calls, as every table, plot and report says it."""
+    return SIMULATED_LABEL if cfg.solver.simulated else f"{cfg.solver.backend} solver {cfg.solver_path or cfg.solver.url}"
+
+
+def plot_rounds(results: Sequence[tables.TaskResult], path: str, solver: str = "") -> str:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -263,6 +268,8 @@ def plot_rounds(results: Sequence[tables.TaskResult], path: str) -> str:
     ax.set_xlabel("round")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # Rounds are whole: no 0.5, 1.5 ticks.
     ax.set_ylabel("held-out score (mean over tasks)")
+    if solver:
+        ax.set_title(f"solver: {solver}", fontsize=8)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -281,5 +288,6 @@ def write_reports(cfg: EvalRunConfig, tasks: Sequence[Task]) -> str:
             for name in runs:
                 directory = os.path.join(base, name)
                 title = f"{row.label} · {task.name} · {name}" + (" · simulated solver" if cfg.solver.simulated else "")
-                pages.append(html_report.write_report(directory, title=title))
+                pages.append(html_report.write_report(directory, title=title, proposer=row.label,
+                                                      solver=solver_label(cfg)))
     return html_report.write_index(pages, os.path.join(cfg.run_dir, "index.html"))

@@ -82,9 +82,19 @@ class Summary:
     ran: int
     crashed: int
     infra_error: int
+    scored_on: str = "scoring"  # The questions the scores above are on: "scoring", or "eval" (single step).
+    scoring_questions: int = 0
+    # Held-out (eval split) scores from the run's eval.json, the figures results.md and the console show:
+    # the seed's, and the final harness's (rounds) or the mean over proposals, invalid ones 0 (single step).
+    held_out_seed: float | None = None
+    held_out_final: float | None = None
+    held_out_questions: int = 0
+    proposer: str = ""
+    solver: str = ""
 
 
-def summarize(task: str, rounds: Sequence[RoundRecord]) -> Summary:
+def summarize(task: str, rounds: Sequence[RoundRecord], held_out: Mapping[str, Sequence[float]] | None = None,
+              proposer: str = "", solver: str = "") -> Summary:
     cands = [c for r in rounds for c in r.candidates]
     seed_score = next((r.parent_score for r in rounds if r.parent == SEED_ID), None)
     best_id, best = (SEED_ID, seed_score)
@@ -93,20 +103,34 @@ def summarize(task: str, rounds: Sequence[RoundRecord]) -> Summary:
             if best is None or s > best:
                 best_id, best = hid, s
     kinds = [c.kind for c in cands]
+    final_id = rounds[-1].selected if rounds else SEED_ID
+    scored_on = rounds[0].scored_on if rounds else "scoring"
+    seed_held = final_held = None
+    n_held = 0
+    if held_out:
+        mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
+        seed_held = mean(held_out[SEED_ID]) if SEED_ID in held_out else None
+        n_held = len(next(iter(held_out.values())))
+        if scored_on == "eval":  # Single step: the candidates were scored on the held-out questions.
+            final_held = mean([c.score if c.has_code else 0.0 for c in cands])
+        elif final_id in held_out:
+            final_held = mean(held_out[final_id])
     return Summary(
-        task=task, rounds=len(rounds), seed_score=seed_score,
-        final_id=rounds[-1].selected if rounds else SEED_ID,
+        task=task, rounds=len(rounds), seed_score=seed_score, final_id=final_id,
         final_score=kept_scores(rounds)[-1] if rounds else None,
         best_id=best_id, best_score=best, candidates=len(cands),
         valid=sum(is_valid(c) for c in cands), invalid=sum(not is_valid(c) for c in cands),
         ran=kinds.count("ran"), crashed=kinds.count("crashed"), infra_error=kinds.count("infra_error"),
+        scored_on=scored_on, scoring_questions=len(rounds[0].parent_scores) if rounds else 0,
+        held_out_seed=seed_held, held_out_final=final_held, held_out_questions=n_held,
+        proposer=proposer, solver=solver,
     )
 
 
 # ----- the plot -----------------------------------------------------------------------------------
 
 
-def plot_scores(rounds: Sequence[RoundRecord], png_path: str) -> str:
+def plot_scores(rounds: Sequence[RoundRecord], png_path: str, ylabel: str = "score") -> str:
     """Score of the kept harness per round, every candidate as a point, and the invalid-edit rate."""
     import matplotlib
 
@@ -134,7 +158,7 @@ def plot_scores(rounds: Sequence[RoundRecord], png_path: str) -> str:
         ax.legend(fontsize=7, loc="best")
     else:
         ax.text(0.5, 0.5, "no finished rounds", ha="center", va="center", transform=ax.transAxes)
-    ax.set_ylabel("score")
+    ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax_bad.set_ylabel("invalid rate")
     ax_bad.set_ylim(0, 1)
@@ -277,23 +301,32 @@ def _round_html(r: RoundRecord, codes: Mapping[str, str]) -> str:
         + "".join(_candidate_html(c, r, codes) for c in r.candidates) + "</section>")
 
 
-def write_report(run_dir: str, out_path: str | None = None, title: str = "") -> str:
-    """Write one task's static HTML page (and its scores PNG beside it); returns the page's path."""
+def write_report(run_dir: str, out_path: str | None = None, title: str = "", proposer: str = "",
+                 solver: str = "") -> str:
+    """Write one task's static HTML page (and its scores PNG beside it); returns the page's path.
+    `proposer` and `solver` say who made the figures (the solver "simulated ..." when it is the stand-in)."""
     seed, rounds, codes = read_run(run_dir)
     out_path = out_path or os.path.join(run_dir, "report.html")
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     task = rounds[0].task if rounds else os.path.basename(os.path.normpath(run_dir))
     title = title or f"hljax revision run: {task}"
-    s = summarize(task, rounds)
+    s = summarize(task, rounds, read_held_out(run_dir), proposer, solver)
     parents = {c.id: c.parent for r in rounds for c in r.candidates}
     on_path = set(selected_path(rounds, parents))
 
-    png = plot_scores(rounds, os.path.splitext(out_path)[0] + "_scores.png")
+    on = _questions_label(s)
+    png = plot_scores(rounds, os.path.splitext(out_path)[0] + "_scores.png", f"score on {on}")
     with open(png, "rb") as f:
         png_uri = "data:image/png;base64," + base64.b64encode(f.read()).decode("ascii")
 
+    held = ("" if s.held_out_questions == 0 else
+            f"seed {_fmt(s.held_out_seed)} → " + ("mean over proposals " if s.scored_on == "eval" else "final harness ")
+            + f"{_fmt(s.held_out_final)} ({s.held_out_questions} eval-split questions; the figure results.md shows)")
     summary_rows = [
-        ("task", _e(task)), ("rounds", s.rounds), ("seed score (round 0)", _fmt(s.seed_score)),
+        ("task", _e(task)), ("proposer", _e(s.proposer or "-")), ("solver", _e(s.solver or "-")),
+        ("held-out score", held or "not scored"),
+        ("scores below are on", _e(on)),
+        ("rounds", s.rounds), ("seed score (round 0)", _fmt(s.seed_score)),
         ("final harness", f"<code>{_e(s.final_id)}</code> {_fmt(s.final_score)}"),
         ("best score seen", f"<code>{_e(s.best_id)}</code> {_fmt(s.best_score)}"),
         ("candidates", f"{s.candidates}: {s.valid} valid edits ({s.ran} ran, {s.crashed} crashed, "
@@ -347,29 +380,53 @@ def read_summary(page_path: str) -> dict:
     return reader.summary
 
 
+def read_held_out(run_dir: str) -> dict[str, list[float]] | None:
+    """Per-harness held-out scores of a run (its eval.json, hljax/loop/evaluate.py), if it has them."""
+    path = os.path.join(run_dir, "eval.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)["scores"]
+
+
+def _questions_label(s: Summary) -> str:
+    if s.scored_on == "eval":
+        return f"the {s.scoring_questions} held-out (eval split) questions"
+    return f"the run's {s.scoring_questions} scoring questions (not held out)"
+
+
 def write_index(paths: Sequence[str], out: str, title: str = "hljax revision runs") -> str:
-    """A page with one row per task report in `paths`, linking to it, with its final score."""
+    """A page with one row per task report in `paths`, linking to it, with its held-out scores (the
+    figures of results.md and the console) and its scores on the run's own scoring questions."""
     base = os.path.dirname(os.path.abspath(out))
     os.makedirs(base, exist_ok=True)
-    rows = []
-    for p in paths:
-        s = read_summary(p)
+    rows, finals = [], {}
+    summaries = [read_summary(p) for p in paths]
+    for p, s in zip(paths, summaries):
         href = os.path.relpath(os.path.abspath(p), base).replace(os.sep, "/")
+        if s.get("held_out_final") is not None:
+            finals.setdefault(s.get("proposer", ""), []).append(s["held_out_final"])
         rows.append(
             # The run's title tells rows of one task apart (proposer label, with or without history).
             f'<tr><td><a href="{_e(href)}">{_e(s["task"])}</a></td><td class="run">{_e(s.get("title", ""))}</td>'
-            f'<td>{s["rounds"]}</td>'
-            f'<td>{_fmt(s["seed_score"])}</td><td class="final">{_fmt(s["final_score"])}</td>'
-            f'<td><code>{_e(s["final_id"])}</code></td><td>{_fmt(s["best_score"])}</td>'
-            f'<td>{s["valid"]}/{s["candidates"]}</td></tr>')
-    finals = [read_summary(p)["final_score"] for p in paths]
-    finals = [f for f in finals if f is not None]
-    mean = f"<p>mean final score over {len(finals)} tasks: {_fmt(sum(finals) / len(finals))}</p>" if finals else ""
+            f'<td>{s["rounds"]}</td><td>{_fmt(s.get("held_out_seed"))}</td>'
+            f'<td class="final">{_fmt(s.get("held_out_final"))}</td>'
+            f'<td>{_fmt(s["seed_score"])} → {_fmt(s["final_score"])}</td>'
+            f'<td><code>{_e(s["final_id"])}</code></td><td>{s["valid"]}/{s["candidates"]}</td></tr>')
+    single = any(s.get("scored_on") == "eval" for s in summaries)
+    what = "mean over proposals (invalid ones 0)" if single else "the final harness"
+    means = "".join(f"<li>{_e(label or 'proposer')}: {_fmt(sum(v) / len(v))} over {len(v)} task runs</li>"
+                    for label, v in finals.items())
+    solvers = sorted({s.get("solver", "") for s in summaries} - {""})
+    head = (f"<p>Held-out score (eval split, disjoint from feedback and scoring questions) of {what}, mean over "
+            f"tasks, as results.md and the console show it:</p><ul>{means}</ul>" if means else "")
+    head += "".join(f"<p>solver: {_e(x)}</p>" for x in solvers)
     page = (
         f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
-        f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>{mean}"
-        '<table id="index"><tr><th>task</th><th>run</th><th>rounds</th><th>seed score</th><th>final score</th>'
-        "<th>final harness</th><th>best score</th><th>valid edits</th></tr>" + "".join(rows) + "</table></body></html>\n")
+        f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>{head}"
+        '<table id="index"><tr><th>task</th><th>run</th><th>rounds</th><th>seed, held out</th>'
+        f"<th>{'proposals' if single else 'final'}, held out</th><th>seed → final, on the run's scoring questions</th>"
+        "<th>final harness</th><th>valid edits</th></tr>" + "".join(rows) + "</table></body></html>\n")
     with open(out, "w", encoding="utf-8") as f:
         f.write(page)
     return out

@@ -84,13 +84,16 @@ def rounds_table(results: Sequence[TaskResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_csv(results: Sequence[TaskResult]) -> str:
+def to_csv(results: Sequence[TaskResult], solver: str = "") -> str:
+    """One row per (proposer, task); `solver` (who answered the harnesses' calls) on every row, so a
+    row read alone still says when the scores are the simulated solver's."""
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(["proposer", "task", "mean", "oracle", "proposals", "invalid_rate", "zero_rate", "per_round"])
+    writer.writerow(["proposer", "task", "mean", "oracle", "proposals", "invalid_rate", "zero_rate", "per_round",
+                     "solver"])
     for r in results:
         writer.writerow([r.label, r.task, f"{r.mean:.6f}", f"{r.oracle:.6f}", r.proposals, f"{r.invalid_rate:.6f}",
-                         f"{r.zero_rate:.6f}", " ".join(f"{x:.6f}" for x in r.per_round)])
+                         f"{r.zero_rate:.6f}", " ".join(f"{x:.6f}" for x in r.per_round), solver])
     return out.getvalue()
 
 
