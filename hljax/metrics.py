@@ -12,9 +12,12 @@ import importlib.util
 import json
 import math
 import os
+import tempfile
 from typing import Mapping, Sequence
 
 import numpy as np
+
+from hljax import jsonl
 
 # The curves a person looks at first; others are in the JSONL and TensorBoard.
 MAIN_CURVES = (
@@ -104,11 +107,16 @@ class MetricsWriter:
 
 
 def truncate_jsonl(path: str, last_step: int) -> None:
-    """Drop the rows of `path` written after `last_step` (a resumed run writes them again)."""
-    if os.path.exists(path):
-        kept = [r for r in read_jsonl(path) if r.get("step", -1) <= last_step]
-        with open(path, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in kept)
+    """Drop the rows of `path` written after `last_step` (a resumed run writes them again), and a torn
+    last line (a crash mid-write), with a warning."""
+    if not os.path.exists(path):
+        return
+    kept = [r for r in jsonl.read(path, cut_torn=True) if r.get("step", -1) <= last_step]
+    # Written beside it and swapped in: a crash now leaves the old rows or the new ones, never neither.
+    fd, tmp = tempfile.mkstemp(prefix=f"{os.path.basename(path)}.", suffix=".tmp", dir=os.path.dirname(path) or ".")
+    with os.fdopen(fd, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in kept)
+    os.replace(tmp, path)
 
 
 def append_jsonl(path: str, rows) -> None:
@@ -123,8 +131,8 @@ def _plain(v):
 
 
 def read_jsonl(path: str) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The rows of `path`, less a last line still being written (hljax.jsonl.read)."""
+    return jsonl.read(path)
 
 
 def stage_starts(rows: Sequence[Mapping]) -> list[tuple[int, str]]:

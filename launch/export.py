@@ -3,7 +3,9 @@
     python -m launch.export --checkpoint runs/tiny/checkpoints --step 127 --out runs/tiny/hf-127
 
 The architecture and tokenizer come from the run's initial weights (recorded in the run's
-config.json beside the checkpoints); --base overrides that folder.
+config.json beside the checkpoints); --base overrides that folder. An existing --out is refused;
+--overwrite replaces an earlier launch.export folder there, and nothing else (a run directory, a
+model, the run's own export: hljax/checkpoint/owner.py).
 
 Prompt the export as training did: its chat template with enable_thinking=False (training prompts
 end with the template's empty think block; with thinking on, its answers stop being edits).
@@ -15,9 +17,11 @@ import os
 import jax.numpy as jnp
 
 from hljax import sharding as shd
-from hljax.checkpoint import hf
+from hljax.checkpoint import hf, owner
 from hljax.checkpoint.orbax import TrainCheckpointer
 from launch.common import ArgumentParser, start_up
+
+WRITER = "launch.export"
 
 
 def check(checkpoint_dir: str, step: int | None, base: str | None = None) -> tuple[str, str, int]:
@@ -39,14 +43,16 @@ def check(checkpoint_dir: str, step: int | None, base: str | None = None) -> tup
     return base or run_cfg["model"]["path"] or os.path.join(run_dir, "init"), run_cfg["model"]["param_dtype"], step
 
 
-def export(checkpoint_dir: str, step: int, out: str, base: str, param_dtype: str, dtype: str | None = None) -> str:
-    """Write checkpoint `step` as an HF folder at `out` (arguments as `check` returned them)."""
+def export(checkpoint_dir: str, step: int, out: str, base: str, param_dtype: str, dtype: str | None = None,
+           overwrite: bool = False) -> str:
+    """Write checkpoint `step` as an HF folder at `out` (arguments as `check` returned them);
+    `overwrite`: replace an earlier launch.export folder at `out`."""
     param_dtype = getattr(jnp, param_dtype)
     model = hf.load_hf(base, shd.make_mesh(), dtype=param_dtype, param_dtype=param_dtype)
     ckpt = TrainCheckpointer(checkpoint_dir)
     ckpt.restore_model(model, step)  # The weights alone: the optimiser state stays on disk.
     ckpt.close()
-    return hf.save_hf(model, out, dtype=dtype, source_dir=base)
+    return hf.save_hf(model, out, dtype=dtype, source_dir=base, writer=WRITER, replace=overwrite)
 
 
 def main():
@@ -56,10 +62,12 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--base", default=None, help="initial HF folder (default: from the run's config.json)")
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier launch.export --out")
     args = parser.parse_args()
-    with start_up(args.verbose):  # A bad folder or step is one line, before any weights load.
+    with start_up(args.verbose):  # A bad folder, step or --out is one line, before any weights load.
+        owner.check_replaceable(args.out, WRITER, args.overwrite)
         base, param_dtype, step = check(args.checkpoint, args.step, args.base)
-    print(f"wrote {export(args.checkpoint, step, args.out, base, param_dtype, args.dtype)}")
+    print(f"wrote {export(args.checkpoint, step, args.out, base, param_dtype, args.dtype, args.overwrite)}")
 
 
 if __name__ == "__main__":

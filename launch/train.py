@@ -4,8 +4,9 @@
 
 The same command runs on every host of a TPU pod or GPU cluster (set distributed.initialize=True, or
 the JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID variables; docs/scaling.md).
-Rerunning it on a run_dir with checkpoints resumes from the latest one; SIGTERM or Ctrl-C
-checkpoints after the current step and exits (143 or 130), a second Ctrl-C quits at once. Bad inputs (config, model
+Rerunning it on a run_dir with checkpoints resumes from the latest one that restores (a newer, damaged
+one is named in a warning and renamed <step>.damaged; torn last lines of its JSONL files are cut);
+SIGTERM or Ctrl-C checkpoints after the current step and exits (143 or 130), a second Ctrl-C quits at once. Bad inputs (config, model
 folders, servers, data files, run_dir, disk, sandbox) are one line on stderr and exit 2 within seconds,
 before any model loads (hljax/preflight.py); --verbose shows tracebacks.
 """
@@ -16,8 +17,8 @@ import os
 from absl import flags
 from ml_collections import config_flags
 
-from launch.common import (config_source, define_verbose_flag, devices, exit_on_stop, print_banner, print_summary,
-                           run_absl, sandbox, setup_logging, solver, start_up, verbose)
+from launch.common import (config_source, define_verbose_flag, devices, exit_on_stop, fail, print_banner,
+                           print_summary, run_absl, sandbox, setup_logging, solver, start_up, verbose)
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file (configs/*.py)"
@@ -52,8 +53,16 @@ def main(argv):
             "devices": devices(),
             **({"sandbox": sandbox(cfg.sandbox), "solver": solver(cfg.solver)} if cfg.grpo_steps else {}),
         })
+    from hljax.checkpoint.orbax import CheckpointUnreadable
+    from hljax.checkpoint.owner import OutputExists
+
     with exit_on_stop(tag):  # The trainer's own handlers checkpoint after the current step.
-        summary = Trainer(cfg).run()
+        try:
+            summary = Trainer(cfg).run()
+        except (OutputExists, CheckpointUnreadable) as e:  # Refused before the first step: one line.
+            if verbose():
+                raise
+            fail(str(e))
     if not dist.is_main():
         return
     outputs = summary.pop("outputs")

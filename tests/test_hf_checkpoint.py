@@ -58,7 +58,7 @@ def test_export_single_file_and_overwrite_leaves_no_stale_shards(tiny_untied, tm
     model = hf.load_hf(tiny_untied, shd.single_device_mesh())
     out = str(tmp_path / "export")
     hf.save_hf(model, out, max_shard_bytes=40_000)
-    hf.save_hf(model, out)  # Same folder, now one file: old shards and index must be gone.
+    hf.save_hf(model, out, replace=True)  # Same folder, now one file: old shards and index must be gone.
     names = sorted(os.listdir(out))
     assert hf.SINGLE_FILE in names and hf.INDEX_FILE not in names
     assert not [n for n in names if n.startswith("model-")]

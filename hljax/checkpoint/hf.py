@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 from typing import Callable
 
@@ -31,6 +32,7 @@ from jax.experimental import multihost_utils
 from tqdm.auto import tqdm
 
 from hljax import sharding as shd
+from hljax.checkpoint import owner
 from hljax.checkpoint.safetensors_io import open_tensors, save_file
 from hljax.models import registry
 from hljax.models.config import DTYPES, ModelConfig
@@ -327,6 +329,8 @@ def save_hf(
     dtype: str | None = None,
     source_dir: str | None = None,
     max_shard_bytes: int = 5 * 1024**3,
+    writer: str = "save_hf",
+    replace: bool = False,
 ) -> str:
     """Write an HF folder that `transformers` and SGLang load unchanged; returns `out_dir`.
 
@@ -334,7 +338,11 @@ def save_hf(
     parameters'. The folder is built beside `out_dir` and swapped in whole, so a reader never sees a
     half-written or stale mix of shards. A Qwen3.5 model's tensors outside the text model (vision
     tower, MTP) are copied from `source_dir` (default: the folder it was loaded from).
+
+    writer: who writes (the folder's owner.MARKER names it). An existing `out_dir` is an error
+    (owner.OutputExists) unless `replace` and it is an earlier output of the same writer.
     """
+    owner.check_replaceable(out_dir, writer, replace, flag="replace=True")  # Before any work.
     cfg = model.cfg
     source_hf = cfg.to_hf_dict()
     dtype = dtype or source_hf.get("dtype") or source_hf.get("torch_dtype") or jnp.dtype(cfg.param_dtype).name
@@ -357,9 +365,42 @@ def save_hf(
         tensors.update(_preserved_tensors(cfg, source_dir, np_dtype))
     tensors = dict(sorted(tensors.items(), key=lambda kv: _hf_order(kv[0])))
 
-    tmp = f"{out_dir.rstrip(os.sep)}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    tmp = _fresh_dir(out_dir, "tmp")
+    try:
+        _write_folder(tmp, tensors, cfg, dtype, source_dir, max_shard_bytes)
+        owner.mark(tmp, writer)
+        _swap_in(tmp, out_dir, writer, replace)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # Ours, half-written.
+        raise
+    return out_dir
+
+
+def _fresh_dir(out_dir: str, kind: str) -> str:
+    """A new empty folder beside `out_dir` (mkdir fails on an existing one: it can be nobody else's)."""
+    base = os.path.abspath(out_dir.rstrip(os.sep))
+    os.makedirs(os.path.dirname(base), exist_ok=True)
+    path = f"{base}.{kind}-{os.getpid()}-{secrets.token_hex(4)}"
+    os.mkdir(path)  # Not tempfile.mkdtemp: its mode 0700 would keep other users' servers out.
+    return path
+
+
+def _swap_in(tmp: str, out_dir: str, writer: str, replace: bool) -> None:
+    """Move the finished folder `tmp` to `out_dir`. An earlier output there is checked again (it may
+    have appeared while the weights were written), swapped out whole, then deleted."""
+    owner.check_replaceable(out_dir, writer, replace, flag="replace=True")
+    if not os.path.lexists(out_dir):
+        os.replace(tmp, out_dir)
+        return
+    old = _fresh_dir(out_dir, "old")
+    os.replace(out_dir, old)  # Onto the empty folder just made: rename(2) allows it.
+    os.replace(tmp, out_dir)
+    shutil.rmtree(old)
+
+
+def _write_folder(tmp: str, tensors: dict[str, np.ndarray], cfg: ModelConfig, dtype: str, source_dir: str | None,
+                  max_shard_bytes: int) -> None:
+    """The HF folder's files: weight shards (+ index), config, tokenizer and generation config."""
     shards = _split(tensors, max_shard_bytes)
     weight_map = {}
     for n, shard in enumerate(shards, 1):
@@ -378,15 +419,6 @@ def save_hf(
         eos = list(cfg.eos_token_ids)
         gen = {"bos_token_id": cfg.bos_token_id, "eos_token_id": eos[0] if len(eos) == 1 else (eos or None)}
         _write_json(os.path.join(tmp, "generation_config.json"), gen)
-
-    if os.path.exists(out_dir):
-        old = f"{out_dir.rstrip(os.sep)}.old-{os.getpid()}"
-        os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, out_dir)
-    return out_dir
 
 
 def _preserved_tensors(cfg: ModelConfig, source_dir: str | None, np_dtype) -> dict[str, np.ndarray]:

@@ -10,18 +10,31 @@ The items are separate so that `restore_model` reads the weights alone (an expor
 optimiser). Saves are asynchronous (the step loop goes on while arrays are written); `keep` bounds
 the number kept. Restores place every array with the sharding of the live model, so a checkpoint
 written on one mesh restores onto another.
+
+A step whose files were cut short (a crash or a full disk mid-write, a copy that stopped) fails to
+restore; `newest_readable` finds the newest step that restores, and `set_aside` moves a damaged one
+out of the way (renamed, never deleted) so that the run can save that step again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import os
+import sys
+from typing import Callable, TypeVar
 
 import jax
 import orbax.checkpoint as ocp
 from flax import nnx
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class CheckpointUnreadable(RuntimeError):
+    """No saved step restores: each is damaged, or the checkpoints were saved from another model."""
 
 
 def _abstract(tree):
@@ -89,9 +102,75 @@ class TrainCheckpointer:
         log.info("restored the model of step %d from %s", step, self.directory)
         return restored["meta"]
 
+    def newest_readable(self, load: Callable[[int], T]) -> tuple[int | None, T | None, list[tuple[int, str]]]:
+        """Call `load(step)` on the saved steps, newest first, until one returns: -> (that step, what it
+        returned, [(newer step, why it failed)]), or (None, None, []) without checkpoints.
+
+        A step that fails where an older one restores is damaged: the same code read the older one.
+        When none restores, nothing is judged damaged (the checkpoints may fit another model):
+        CheckpointUnreadable names every step and why."""
+        failed: list[tuple[int, str]] = []
+        with _abandoned_reads_collected():
+            for step in reversed(self.all_steps()):
+                try:
+                    return step, load(step), failed
+                except Exception as e:  # noqa: BLE001 - any failure to read back; the caller is told which.
+                    failed.append((step, why(e)))
+        if failed:
+            steps = "; ".join(f"step {s}: {reason}" for s, reason in failed)
+            raise CheckpointUnreadable(f"{self.directory}: no checkpoint restores ({steps}): if they are "
+                                       "damaged, move the folder aside to start the run over")
+        return None, None, []
+
+    def set_aside(self, step: int) -> str:
+        """Rename step `step`'s folder (a damaged one: kept to look at, never deleted) so that it is no
+        longer a checkpoint and the step can be saved again; -> its new path."""
+        src = os.path.join(self.directory, str(step))
+        dst, n = f"{src}.damaged", 1
+        while os.path.lexists(dst):
+            n += 1
+            dst = f"{src}.damaged-{n}"
+        os.replace(src, dst)
+        self._manager.reload()  # The manager lists steps once; it must forget this one.
+        return dst
+
+    def reload(self) -> None:
+        """See steps another process set aside."""
+        self._manager.reload()
+
     def wait(self) -> None:
         self._manager.wait_until_finished()
 
     def close(self) -> None:
         self._manager.wait_until_finished()
         self._manager.close()
+
+
+def why(error: BaseException, limit: int = 240) -> str:
+    """The root cause of `error` in one line: orbax wraps the file error (the useful part) in pages of
+    TensorStore spec."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+    text = f"{type(error).__name__}: {first}" if first else type(error).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@contextlib.contextmanager
+def _abandoned_reads_collected():
+    """orbax reads a step's arrays in coroutines; when one read fails, the others are abandoned, and
+    their failures about the same damage would print later, at garbage collection, as pages of
+    "Exception ignored" tracebacks. They are collected here, quietly: the caller reports the damage."""
+    hook = sys.unraisablehook
+
+    def quiet(unraisable):
+        code = getattr(unraisable.object, "cr_code", None)
+        if code is None or f"{os.sep}orbax{os.sep}" not in code.co_filename:
+            hook(unraisable)
+
+    sys.unraisablehook = quiet
+    try:
+        yield
+    finally:
+        gc.collect()
+        sys.unraisablehook = hook

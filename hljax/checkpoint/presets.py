@@ -7,7 +7,7 @@ import os
 import transformers
 
 from hljax import sharding as shd
-from hljax.checkpoint import hf
+from hljax.checkpoint import hf, owner
 from hljax.models import registry
 from hljax.models.config import ModelConfig
 
@@ -16,8 +16,11 @@ PRESETS = {"tiny": ModelConfig.tiny, "tiny-hd128": ModelConfig.tiny_hd128, "tiny
            "qwen3-4b": ModelConfig.qwen3_4b, "qwen3.5-4b": ModelConfig.qwen3_5_4b}
 
 
-def init_model(preset: str, out: str, seed: int = 0) -> str:
-    """Write preset `preset` with random weights to the HF folder `out`; returns `out`."""
+def init_model(preset: str, out: str, seed: int = 0, *, writer: str = "launch.init_model",
+               replace: bool = False) -> str:
+    """Write preset `preset` with random weights to the HF folder `out`; returns `out`. An existing `out`
+    is replaced only with `replace`, and only if `writer` wrote it (hf.save_hf)."""
+    owner.check_replaceable(out, writer, replace, flag="replace=True")  # Before the model is built.
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     tokenizer = transformers.AutoTokenizer.from_pretrained(TOKENIZER_DIR)
@@ -30,4 +33,5 @@ def init_model(preset: str, out: str, seed: int = 0) -> str:
         cfg = PRESETS[preset]()
     model = registry.create(cfg, shd.make_mesh(), seed=seed)
     # The bundled tokenizer only fits the tiny vocabulary; real presets take their own tokenizer.
-    return hf.save_hf(model, out, dtype="float32", source_dir=TOKENIZER_DIR if preset.startswith("tiny") else None)
+    return hf.save_hf(model, out, dtype="float32", source_dir=TOKENIZER_DIR if preset.startswith("tiny") else None,
+                      writer=writer, replace=replace)

@@ -43,7 +43,7 @@ from typing import Sequence
 import jax
 from tqdm import tqdm
 
-from hljax import sharding as shd
+from hljax import jsonl, sharding as shd
 from hljax.checkpoint.presets import init_model
 from hljax.config import check_rerun, save_config
 from hljax.data.collect_config import CollectConfig
@@ -75,34 +75,11 @@ def row_id(task: str, round_index: int, proposal: int) -> str:
 
 def read_rows(path: str) -> list[dict]:
     """Rows of a collector JSONL. A torn last line (a kill mid-write) is cut off the file; a bad line
-    elsewhere is an error naming the file and line."""
-    if not os.path.exists(path):
-        return []
-    with open(path, "rb") as f:
-        data = f.read()
-    lines = data.split(b"\n")
-    rows, good_end = [], 0
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            good_end += len(line) + 1
-            continue
-        last = n == len(lines)  # No newline after it: the write did not finish.
-        try:
-            row = json.loads(line)
-            if last:
-                raise ValueError("no newline")
-        except ValueError as e:
-            # Rows are written whole with their newline, so only a last line without one can be torn.
-            if last:
-                log.warning("%s:%d: cutting a torn last line (%s)", path, n, e)
-                with open(path, "r+b") as f:
-                    f.truncate(good_end)
-                break
-            raise ValueError(f"{path}:{n}: not a JSON row ({e})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("id"), str):
-            raise ValueError(f"{path}:{n}: a row must be a JSON object with a string id")
-        rows.append(row)
-        good_end += len(line) + 1
+    elsewhere is an error naming the file and line (hljax/jsonl.py)."""
+    rows = jsonl.read(path, cut_torn=True)
+    for n, row in enumerate(rows, 1):
+        if not isinstance(row.get("id"), str):
+            raise ValueError(f"{path}: row {n} has no string id")
     return rows
 
 

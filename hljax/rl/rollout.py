@@ -35,6 +35,7 @@ from hljax.loop.selection import BestOfG, Scored
 from hljax.rl.states import StatePool, StatesSpec, state_key
 from hljax.rl.config import LossConfig
 from hljax.rl.grpo import group_advantages, zero_variance_groups
+from hljax.rl.run_config import WRITER
 from hljax.seeding import derive_seed
 from hljax.tasks.suite import build_tasks, seed_harness
 from sandbox.config import SandboxConfig, SolverConfig
@@ -139,7 +140,7 @@ class Rollouts:
         process 0 exports once and pushes to all of them, and everyone waits for it, so no process
         samples from the old weights."""
         if self._embedded or dist.is_main():
-            hf.save_hf(model, self.sync_dir, dtype=self.sync_dtype)
+            hf.save_hf(model, self.sync_dir, dtype=self.sync_dtype, writer=WRITER, replace=True)
             self.proposer.update_weights_from_disk(self.sync_dir, weight_version=version)
         if not self._embedded:
             dist.barrier(f"weights-{version}")

@@ -28,6 +28,9 @@ SFT_OPTIM = OptimConfig(learning_rate=1e-5, warmup_steps=10, b2=0.95)
 # DAPO's clip-higher (eps_high 0.28 over eps_low 0.2) is the run default; the bare LossConfig keeps
 # TRL's convention (eps_high None: the symmetric clip).
 RUN_LOSS = LossConfig(eps_high=0.28)
+# What the marker of every folder a training run writes whole names (hljax.checkpoint.owner): its
+# initial weights, exports and weight syncs, which only a training run may replace.
+WRITER = "launch.train"
 
 
 @dataclasses.dataclass(frozen=True)

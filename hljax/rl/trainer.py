@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from hljax import distributed as dist
 from hljax import metrics as mx
 from hljax import sharding as shd
-from hljax.checkpoint import hf
+from hljax.checkpoint import hf, owner
 from hljax.checkpoint.orbax import TrainCheckpointer
 from hljax.checkpoint.presets import init_model
 from hljax.config import check_rerun, save_config, to_json
@@ -44,7 +44,7 @@ from hljax.rl import sft_data
 from hljax.rl.batching import bucket_length, completion_logprobs, pack, place_completion_logprobs, split_micro
 from hljax.rl.config import LossConfig
 from hljax.rl.rollout import COL, Rollouts, sample_rows, score_groups
-from hljax.rl.run_config import RunConfig
+from hljax.rl.run_config import WRITER, RunConfig
 from hljax.seeding import derive_seed
 from hljax.signals import StopSignals, Stopped
 from hljax.tasks.simulated_solver import LABEL as SIMULATED_LABEL
@@ -73,6 +73,7 @@ class Trainer:
                 log.info("%s: rerun with %s (allowed: they extend the run or change only where it runs)",
                          cfg.run_dir, "; ".join(map(str, changes)))
             save_config(path, cfg)
+        self._check_exports()  # Every process, before a model loads: all stop together, in seconds.
         self.mesh = shd.make_mesh(cfg.mesh)
         # Where this process's own engines run: its devices only when there are several processes.
         self.local_mesh = dist.local_mesh(cfg.mesh) if self.multi else self.mesh
@@ -104,7 +105,8 @@ class Trainer:
             # Random init runs on the global mesh, a collective: every process takes part, process 0
             # keeps the folder (run_dir is shared, as orbax checkpoints need), the others discard theirs.
             out = path if dist.is_main() else f"{path}.discard-p{dist.process_index()}"
-            init_model(self.cfg.model.preset, out, seed=self.cfg.seed)
+            # A discard folder left by a crash is this run's own: replaced.
+            init_model(self.cfg.model.preset, out, seed=self.cfg.seed, writer=WRITER, replace=out != path)
             if out != path:
                 shutil.rmtree(out)
             dist.barrier("init-weights")
@@ -130,13 +132,8 @@ class Trainer:
             raise ValueError(f"nothing to do: mode={cfg.mode!r} with sft.steps={cfg.sft.steps}, "
                              f"grpo.steps={cfg.grpo.steps}")
         start = 0
-        latest = self.checkpointer.latest_step()
+        latest = self._resume()
         if latest is not None:
-            self._make_optimizer(self._stage_of(latest))
-            meta = self.checkpointer.restore(self.model, self.optimizer)
-            if meta.get("stage") != self.stage:  # The optimiser was reset at the stage boundary.
-                raise RuntimeError(f"checkpoint stage {meta.get('stage')} does not match step {latest}")
-            self._states_seen = set(meta.get("states_seen", ()))
             start = latest + 1
             self._saved = latest
             log.info("resuming %s at step %d", cfg.run_dir, start)
@@ -179,6 +176,41 @@ class Trainer:
             if self.rollouts is not None:
                 self.rollouts.close()
         return summary
+
+    def _resume(self) -> int | None:
+        """Restore the newest checkpoint that reads back whole; -> its step, or None for a new run.
+        Newer steps that do not (a crash mid-write) are named in one warning each and set aside."""
+        step, meta, damaged = self.checkpointer.newest_readable(self._restore)
+        if damaged:
+            dist.barrier("checkpoints-read")  # Nobody reads a step while it is moved.
+            if dist.is_main():
+                for bad, reason in damaged:
+                    where = self.checkpointer.set_aside(bad)
+                    log.warning("checkpoint step %d is damaged (%s): moved to %s; resuming from step %d, the "
+                                "newest that restores", bad, reason, where, step)
+            dist.barrier("damaged-checkpoints-set-aside")
+            self.checkpointer.reload()
+        if step is None:
+            return None
+        if meta.get("stage") != self.stage:  # The optimiser was reset at the stage boundary.
+            raise RuntimeError(f"checkpoint stage {meta.get('stage')} does not match step {step}")
+        self._states_seen = set(meta.get("states_seen", ()))
+        return step
+
+    def _restore(self, step: int) -> dict:
+        """Load checkpoint `step` into the model and the optimiser of its stage; -> its meta."""
+        self._make_optimizer(self._stage_of(step))
+        return self.checkpointer.restore(self.model, self.optimizer, step)
+
+    def _check_exports(self) -> None:
+        """A folder where this run will export must be an earlier export of a run (hljax.checkpoint.owner):
+        refused now, in seconds, rather than at the end of the run."""
+        cfg = self.cfg
+        names = ["export"] if cfg.export.at_end else []
+        if cfg.sft_steps and cfg.grpo_steps and (cfg.export.after_sft or cfg.loss.beta > 0):
+            names.append("export-sft")
+        for name in names:
+            owner.check_replaceable(os.path.join(cfg.run_dir, name), WRITER, replace=True, flag=None)
 
     def _stage_start(self, stage: str) -> int:
         return 0 if stage == "sft" else self.cfg.sft_steps
@@ -255,7 +287,8 @@ class Trainer:
         host = self._host_model()  # Everyone gathers, process 0 writes.
         path = os.path.join(self.cfg.run_dir, name)
         if dist.is_main():
-            hf.save_hf(host, path, dtype=self.cfg.export.dtype or None, source_dir=self.init_path)
+            hf.save_hf(host, path, dtype=self.cfg.export.dtype or None, source_dir=self.init_path, writer=WRITER,
+                       replace=True)
         return path
 
     # ----- SFT -----
