@@ -106,6 +106,14 @@ def test_logprobs_are_paired_with_their_own_tokens():
     dup["meta_info"]["completion_tokens"] = 3
     c = _completion(dup, True)
     assert (c.token_ids, c.logprobs) == ((7, 8, 9), (-0.1, -0.2, -0.3))
+    # ...or a flush repeated inside them (measured: ids[100:150] repeating ids[50:100] of a 120-token reply,
+    # the log-probs' ids the ones its text decodes to): then the log-probs' ids are the reply's.
+    inside = _reply([7, 8, 8, 9], whole)
+    inside["meta_info"]["completion_tokens"] = 3
+    c = _completion(inside, True)
+    assert (c.token_ids, c.logprobs) == ((7, 8, 9), (-0.1, -0.2, -0.3))
+    with pytest.raises(ServerError, match="repeated part of its reply"):
+        _completion(inside, False)
 
 
 def test_which_servers_honour_seeds_is_read_from_their_flags(two_servers):

@@ -238,16 +238,22 @@ def _completion(o: dict, logprobs: bool) -> Completion:
     reason = meta["finish_reason"]
     kind = reason.get("type") if isinstance(reason, dict) else reason
     ids = tuple(o.get("output_ids", ()))
-    # sglang-jax 0.1.0rc0 can put each 50-token partial flush before the whole list, in the log-probs
-    # and at times in output_ids too (SERVE_FLAGS in hljax/generate/sglang_jax.py): the last
-    # `completion_tokens` entries are the reply's. Token ids must match, so a server bug can never pair a
-    # trained token with another token's log-prob.
     n = meta.get("completion_tokens", len(ids))
-    ids = ids[len(ids) - n:] if len(ids) > n else ids
+    entries = meta.get("output_token_logprobs", []) if logprobs else []  # [logprob, token id, text] per token.
+    # sglang-jax 0.1.0rc0 can repeat a 50-token partial flush: before the whole list in the log-probs
+    # (on its "output log-probs only" path, SERVE_FLAGS in hljax/generate/sglang_jax.py), and inside
+    # output_ids (measured: 170 ids for 120 tokens, ids[100:150] repeating ids[50:100], the log-probs'
+    # 120 ids the ones the text decodes to). So the reply's tokens are the last `completion_tokens`
+    # log-prob entries when output_ids has more than that; without log-probs they cannot be recovered.
+    # Token ids must match where both are whole, so a server bug never pairs a token with another's log-prob.
+    entries = entries[len(entries) - n:] if len(entries) > n else entries
+    if len(ids) > n:
+        if not logprobs or len(entries) != n:
+            raise ServerError(f"/generate: {len(ids)} output ids for {n} completion tokens and "
+                              f"{len(entries)} log-prob entries: the server repeated part of its reply")
+        ids = tuple(int(x[1]) for x in entries)
     lps = None
     if logprobs:
-        entries = meta.get("output_token_logprobs", [])  # [logprob, token id, text] per sampled token.
-        entries = entries[len(entries) - len(ids):] if len(entries) > len(ids) else entries
         got = [int(x[1]) for x in entries]
         if got != list(ids):
             at = next((i for i, (a, b) in enumerate(zip(got, ids)) if a != b), min(len(got), len(ids)))
