@@ -34,9 +34,20 @@ class SandboxConfig:
     # Tasks (processes and threads) one fork server and all its jobs may hold together: a pids cgroup
     # per fork server where one can be made, and RLIMIT_NPROC in jobs under bwrap (sandbox/pids.py).
     max_tasks: int = 512
-    tmpfs_bytes: int = 256 << 20  # Size of the private /tmp shared by one fork server's jobs (bwrap).
+    # Tasks one job may hold, its threads included: a pids cgroup of its own inside its fork server's,
+    # so a thread flood stops at its own cap and never starves the jobs beside it or the fork server's
+    # forks. None: what max_tasks leaves per job slot once the fork server's own are set aside.
+    job_max_tasks: int | None = None
+    # Each job's own tmpfs, its work dir (bwrap): what it writes counts against its size, never against
+    # another job's. Bare (rlimits_only), work dirs share one host dir and neither cap applies.
+    job_disk_bytes: int = 64 << 20
+    job_inodes: int = 16384  # Files and directories in a job's tmpfs: bounds the kernel memory it can pin.
     output_tail_bytes: int = 8192  # Of each of stdout and stderr, the last bytes kept per job.
     max_message_bytes: int = 4 << 20  # Largest frame a job may send (a prompt batch, an answer).
+    # JSON values (objects, arrays, numbers, strings, constants) one frame from a job may hold: decoding
+    # costs the supervisor about a microsecond per value, whatever its size in bytes, so a frame of
+    # many tiny values is refused (a protocol violation) before it is decoded.
+    max_message_values: int = 20_000
     max_answer_chars: int = 100_000  # Longer answers are cut to this.
     max_traceback_frames: int = 5  # Frames of a harness's traceback kept for the report.
     kill_grace_s: float = 2.0  # After a kill request, how long before the whole worker is replaced.
@@ -65,9 +76,14 @@ class SandboxConfig:
         for name in ("workers", "slots_per_worker", "open_files", "output_tail_bytes", "max_traceback_frames"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_tasks < 4 * self.slots_per_worker:
+        if self.job_tasks < 4:
             raise ValueError(f"max_tasks ({self.max_tasks}) leaves under 4 tasks per job slot "
-                             f"(slots_per_worker={self.slots_per_worker})")
+                             f"(slots_per_worker={self.slots_per_worker}, job_max_tasks={self.job_max_tasks})")
+        if self.job_tasks * self.slots_per_worker + self.server_tasks > self.max_tasks:
+            raise ValueError(f"job_max_tasks ({self.job_max_tasks}) x slots_per_worker ({self.slots_per_worker}) "
+                             f"+ {self.server_tasks} for the fork server exceeds max_tasks ({self.max_tasks})")
+        if self.job_disk_bytes < 1 << 20 or self.job_inodes < 16 or self.max_message_values < 16:
+            raise ValueError("job_disk_bytes must be >= 1 MiB, job_inodes >= 16 and max_message_values >= 16")
         if min(self.timeout_s, self.kill_grace_s, self.start_timeout_s, self.scorer_timeout_s) <= 0:
             raise ValueError("timeout_s, kill_grace_s, start_timeout_s and scorer_timeout_s must be > 0")
         if self.scorer_parallel < 1:
@@ -81,6 +97,19 @@ class SandboxConfig:
     def wall_budget_s(self) -> float:
         """A job's wall clock from spawn to exit, brokered calls included."""
         return 10 * self.timeout_s if self.wall_timeout_s is None else self.wall_timeout_s
+
+    @property
+    def server_tasks(self) -> int:
+        """Tasks of one fork server set aside outside its jobs' caps: bubblewrap's two, the server, and
+        one per slot for a child between its fork and its move into its own cgroup."""
+        return 8 + self.slots_per_worker
+
+    @property
+    def job_tasks(self) -> int:
+        """Tasks one job may hold (its pids cgroup's cap)."""
+        if self.job_max_tasks is not None:
+            return self.job_max_tasks
+        return (self.max_tasks - self.server_tasks) // self.slots_per_worker
 
     @property
     def cpu_seconds(self) -> int:
@@ -103,12 +132,17 @@ class SolverConfig:
     max_calls: int = 16  # Per job: completions requested (a batch of k prompts counts k).
     max_tokens: int = 16384  # Per job: completion tokens; max_new_tokens is cut to what is left.
     max_tool_calls: int = 64  # Per job.
+    # Per call, all its prompts together: longer ones are refused before they reach the Generator, whose
+    # tokenizer every job shares (256 Ki characters, about 64 Ki tokens, are past any solver's context).
+    max_prompt_chars: int = 1 << 18
     batch_window_s: float = 0.005  # How long a call may wait for others to share a Generator batch.
 
     def __post_init__(self):
         if self.prompt_mode not in ("chat", "raw"):
             raise ValueError(f"prompt_mode must be 'chat' or 'raw', got {self.prompt_mode!r}")
-        if min(self.max_new_tokens_cap, self.max_calls, self.max_tokens) < 1 or self.max_tool_calls < 0:
-            raise ValueError("max_new_tokens_cap, max_calls and max_tokens must be >= 1, max_tool_calls >= 0")
+        limits = (self.max_new_tokens_cap, self.max_calls, self.max_tokens, self.max_prompt_chars)
+        if min(limits) < 1 or self.max_tool_calls < 0:
+            raise ValueError("max_new_tokens_cap, max_calls, max_tokens and max_prompt_chars must be >= 1, "
+                             "max_tool_calls >= 0")
         if self.batch_window_s < 0:
             raise ValueError(f"batch_window_s must be >= 0, got {self.batch_window_s}")

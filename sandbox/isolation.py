@@ -1,14 +1,25 @@
 """The command lines that start a fork server or the scorer process: under bubblewrap, or bare (rlimits only).
 
 The bubblewrap layout: new user, pid, net, ipc and uts namespaces, uid and gid 65534 (nobody)
-inside; all capabilities dropped; the sandbox dies with its parent; a read-only view of /usr (with
-the /bin, /lib, ... links of a merged-/usr system), of the Python install and of this package; a
-fresh /proc with /proc/sys read-only and a minimal, read-only /dev; a read-only /tmp holding one
-private, size-capped tmpfs for work dirs (/tmp/jobs: jobs can enter it, not list it); everything
-else absent (no /etc, no /home, no /root, no repository); the environment scrubbed to a fixed
-allow-list. The scorer process gets the same layout plus read-only site-packages and the packages
-holding the scorers (`hljax`), as it must import reasoning-gym; it never holds a harness's process,
-only answers (see sandbox/scoring.py).
+inside; every capability dropped but, for fork servers, CAP_SYS_ADMIN in their own user namespace,
+which each job uses once to mount its own tmpfs (sandbox/jail.py JobDisk) before it drops every
+capability; the sandbox dies with its parent; a read-only view of /usr (with the /bin, /lib, ...
+links of a merged-/usr system), of the Python install and of this package; a fresh /proc with
+/proc/sys read-only and a minimal, read-only /dev; a read-only /tmp with /tmp/jobs, where each job
+sees its own size- and inode-capped tmpfs and nobody else's; everything else absent (no /etc, no
+/home, no /root, no repository); the environment scrubbed to a fixed allow-list. The scorer process
+gets the same layout, with one shared tmpfs for its children and no capability, plus read-only
+site-packages and the packages holding the scorers (`hljax`), as it must import reasoning-gym; it
+never holds a harness's process, only answers (see sandbox/scoring.py).
+
+Jobs run as uid 65534 inside, which the user namespace maps to the caller's uid: host root when the
+trainer runs as root. bubblewrap as shipped (0.11) writes that one mapping itself (--unshare-user).
+Another host uid needs a user namespace made beforehand and passed with --userns; bubblewrap then
+sets up its mounts with that uid's rights on the host and cannot reach a Python install under /root
+(0700), not even with --ro-bind-fd, which goes through /proc/self/fd ("Permission denied", measured
+here). --userns2 into a child of a --userns that maps root too either leaves the processes host root
+(without --uid) or fails ("unable to switch to gid 65534"). So what host root may do to a file it
+owns (a lease, a write hint) is refused in seccomp instead (sandbox/seccomp.py).
 """
 
 from __future__ import annotations
@@ -102,7 +113,8 @@ def _bootstrap(paths: list[str], config_json: str) -> list[str]:
     return [python, "-s", "-P", "-S", "-B", "-c", code, config_json]
 
 
-def _worker_config(config: SandboxConfig, control_fd: int, tmp_root: str, userns: bool) -> str:
+def _worker_config(config: SandboxConfig, control_fd: int, tmp_root: str, userns: bool,
+                   slot_fds: tuple[int, ...]) -> str:  # fmt: skip
     limits = {
         "address_space_bytes": config.memory_bytes,
         "cpu_seconds": config.cpu_seconds,
@@ -121,6 +133,9 @@ def _worker_config(config: SandboxConfig, control_fd: int, tmp_root: str, userns
             "max_frames": config.max_traceback_frames,
             "max_answer_chars": config.max_answer_chars,
             "preload": list(config.preload),
+            # Under bubblewrap each job gets a tmpfs of its own; bare, work dirs share tmp_root.
+            "job_disk": {"size_bytes": config.job_disk_bytes, "inodes": config.job_inodes} if userns else None,
+            "slot_cgroup_fds": list(slot_fds),
         }
     )
 
@@ -136,9 +151,12 @@ def _system_binds() -> list[str]:
     return args
 
 
-def _bwrap_args(config: SandboxConfig, binds: list[tuple[str, str]], env: dict, work_root: str) -> list[str]:
+def _bwrap_args(config: SandboxConfig, binds: list[tuple[str, str]], env: dict, work_root: str,
+                job_disks: bool) -> list[str]:  # fmt: skip
     """bubblewrap's options up to the `--` before the command; `binds`: (host path, path inside);
-    `work_root`: the only writable place, a size-capped tmpfs under a read-only /tmp."""
+    `work_root`: the only writable place under a read-only /tmp. `job_disks` (fork servers): each job
+    mounts its own tmpfs on it, and the server keeps CAP_SYS_ADMIN for that; else (the scorer process)
+    one tmpfs of `job_disk_bytes` shared by its children."""
     bwrap = bwrap_path(config.bwrap)
     if bwrap is None:
         raise SandboxUnavailable(
@@ -151,6 +169,8 @@ def _bwrap_args(config: SandboxConfig, binds: list[tuple[str, str]], env: dict, 
     # Inside, everything runs as nobody (uid and gid 65534) in a user namespace of its own.
     args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
+    if job_disks:  # In the sandbox's own user namespace only; every job drops it (jail.Jail.confine).
+        args += ["--cap-add", "CAP_SYS_ADMIN"]
     for key, value in env.items():
         args += ["--setenv", key, value]
     args += _system_binds()
@@ -165,17 +185,22 @@ def _bwrap_args(config: SandboxConfig, binds: list[tuple[str, str]], env: dict, 
     # /dev read-only, /dev/shm included: it is an uncapped tmpfs whose files no job's limit counts.
     # Device nodes (/dev/null, /dev/urandom) stay writable; only /tmp takes files, size-capped.
     args += ["--dev", "/dev", "--remount-ro", "/dev"]
-    # /tmp read-only: nothing a job leaves outside the work root outlives it (the fork server sweeps
-    # the work root of what no live job owns).
-    args += ["--tmpfs", "/tmp", "--size", str(config.tmpfs_bytes), "--tmpfs", work_root, "--remount-ro", "/tmp"]
+    # /tmp read-only: nothing a job leaves outside its work root outlives it.
+    args += ["--size", str(1 << 20), "--tmpfs", "/tmp"]
+    if job_disks:  # A mount point only: each job covers it with its own tmpfs, in its own mount namespace.
+        args += ["--dir", work_root]
+    else:
+        args += ["--size", str(config.job_disk_bytes), "--tmpfs", work_root]
+    args += ["--remount-ro", "/tmp"]
     return args + ["--remount-ro", "/", "--chdir", "/tmp", "--"]
 
 
-def bwrap_launch(config: SandboxConfig, control_fd: int) -> LaunchSpec:
-    """Fork server under bubblewrap. SandboxUnavailable if bwrap is not installed."""
+def bwrap_launch(config: SandboxConfig, control_fd: int, slot_fds: tuple[int, ...] = ()) -> LaunchSpec:
+    """Fork server under bubblewrap. SandboxUnavailable if bwrap is not installed. `slot_fds`: the
+    `cgroup.procs` of one pids cgroup per job slot (sandbox/pids.py), inherited by the fork server."""
     binds = [(_PACKAGE_DIR, f"{SANDBOX_ROOT}/sandbox")] + [(p, p) for p in config.extra_ro_binds]
-    args = _bwrap_args(config, binds, _ENV, JOBS_DIR)
-    argv = args + _bootstrap([SANDBOX_ROOT], _worker_config(config, control_fd, JOBS_DIR, userns=True))
+    args = _bwrap_args(config, binds, _ENV, JOBS_DIR, job_disks=True)
+    argv = args + _bootstrap([SANDBOX_ROOT], _worker_config(config, control_fd, JOBS_DIR, True, slot_fds))
     return LaunchSpec(argv=tuple(argv), env={})
 
 
@@ -187,10 +212,12 @@ def _warn_unisolated() -> None:
     )
 
 
-def bare_launch(config: SandboxConfig, control_fd: int, tmp_root: str) -> LaunchSpec:
-    """Fork server without namespaces: jobs still get rlimits and the seccomp filter, nothing more."""
+def bare_launch(config: SandboxConfig, control_fd: int, tmp_root: str,
+                slot_fds: tuple[int, ...] = ()) -> LaunchSpec:  # fmt: skip
+    """Fork server without namespaces: jobs still get rlimits, the seccomp filter and their own pids
+    cgroup where one could be made, nothing more (no tmpfs of their own: work dirs share `tmp_root`)."""
     _warn_unisolated()
-    argv = _bootstrap([os.path.dirname(_PACKAGE_DIR)], _worker_config(config, control_fd, tmp_root, userns=False))
+    argv = _bootstrap([os.path.dirname(_PACKAGE_DIR)], _worker_config(config, control_fd, tmp_root, False, slot_fds))
     return LaunchSpec(argv=tuple(argv), env=dict(_ENV))
 
 
@@ -246,7 +273,7 @@ def scorer_bwrap_launch(config: SandboxConfig, control_fd: int) -> LaunchSpec:
     site = [(p, f"{SANDBOX_ROOT}/site{i}") for i, p in enumerate(_site_packages())]
     binds = [(_PACKAGE_DIR, f"{SANDBOX_ROOT}/sandbox"), *site]
     binds += [(_package_dir(name), f"{SANDBOX_ROOT}/{name}") for name in config.scorer_packages if name != "sandbox"]
-    args = _bwrap_args(config, binds, _SCORER_ENV, SCORE_DIR)
+    args = _bwrap_args(config, binds, _SCORER_ENV, SCORE_DIR, job_disks=False)
     argv = args + _scorer_bootstrap([SANDBOX_ROOT, *(inside for _, inside in site)],
                                     _scorer_config(config, control_fd, SCORE_DIR))
     return LaunchSpec(argv=tuple(argv), env={})

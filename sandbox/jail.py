@@ -1,8 +1,9 @@
 """Restrictions a job process applies to itself right after fork, before any harness code runs.
 
 Runs inside the sandbox: standard library only (hljax is not importable there). The order matters:
-descriptors and limits first, the seccomp filter last, because the filter forbids some of the
-calls that the earlier steps make.
+the job's own pids cgroup and tmpfs first (they need the fork server's descriptors and capability),
+then descriptors, limits and capabilities, the seccomp filter last, because the filter forbids some
+of the calls that the earlier steps make.
 
 Everything a child needs is prepared once in the fork server (`Jail`): on this kind of machine each
 page a child touches first costs a copy-on-write fault, so per-child work is kept to syscalls.
@@ -30,6 +31,9 @@ _PR_SET_SECCOMP = 22
 _PR_SET_NO_NEW_PRIVS = 38
 _SECCOMP_MODE_FILTER = 2
 INSN = struct.Struct("=HBBI")  # struct sock_filter: code, jt, jf, k
+_CLONE_NEWNS = 0x00020000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
+_CAPABILITY_VERSION_3 = 0x20080522
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +49,26 @@ class JobLimits:
     tasks: int | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class JobDisk:
+    """Each job's own tmpfs (under bubblewrap): mounted on its work dir in a mount namespace of its
+    own, so no other job can see it, its files count against its own size and inode caps only, and
+    the kernel frees it when the job's last process exits, in that process: nobody else pays for it."""
+
+    size_bytes: int
+    inodes: int  # Files and directories together: bounds the kernel memory a job can pin, and freeing it.
+
+
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
 class Jail:
@@ -56,9 +78,17 @@ class Jail:
     operand is the job's own pid (the only allowed signal target), written in per child.
     """
 
-    def __init__(self, limits: JobLimits, program: bytes, pid_offsets: list[int]):
-        self._prctl = ctypes.CDLL(None, use_errno=True).prctl
+    def __init__(self, limits: JobLimits, program: bytes, pid_offsets: list[int], disk: JobDisk | None = None):
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._prctl = libc.prctl
         self._prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4  # Addresses must not be cut to int.
+        self._libc = libc
+        self._disk = disk
+        if disk is not None:
+            self._mount_options = f"size={disk.size_bytes},nr_inodes={disk.inodes},mode=0700".encode()
+        # capset with every set empty: prepared here, so that a child only makes the call.
+        self._cap_header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+        self._cap_data = (_CapData * 2)()
         if not pid_offsets or len(program) % INSN.size:
             raise ValueError("malformed seccomp program")
         self._pid_operands = [off + 4 for off in pid_offsets]  # Byte offset of `k` in each instruction.
@@ -83,15 +113,19 @@ class Jail:
         self.prctl(_PR_SET_DUMPABLE, 0)  # /proc/<pid>/mem etc. closed to other jobs (same uid).
         self.prctl(_PR_SET_NO_NEW_PRIVS, 1)  # Required to load a seccomp filter without privileges.
 
-    def confine(self, fds: list[int], work_dir: str) -> None:
-        """Must run in the child before any harness code. `fds`: job in, job out, stdout, stderr.
+    def confine(self, fds: list[int], work_dir: str, cgroup_fd: int = -1) -> None:
+        """Must run in the child before any harness code. `fds`: job in, job out, stdout, stderr;
+        `cgroup_fd`: the `cgroup.procs` of the job's own pids cgroup, or -1.
 
-        Leaves exactly: fd 0 = /dev/null, 1/2 = the output pipes, JOB_IN_FD / JOB_OUT_FD = the channel.
-        Signal dispositions stay Python's defaults, as the fork server never changes them.
+        Leaves exactly: fd 0 = /dev/null, 1/2 = the output pipes, JOB_IN_FD / JOB_OUT_FD = the channel;
+        no capabilities. Signal dispositions stay Python's defaults, as the fork server never changes them.
         """
         os.setsid()  # Its own session and process group: kill(0, sig) reaches nobody else.
         # Die with the fork server; under bubblewrap the pid namespace does that too, bare it is the only way.
         self.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if cgroup_fd >= 0:
+            # "0" is the writer: from here on every thread the job starts counts against its own cap.
+            os.write(cgroup_fd, b"0")
         # First above the targets, so that no dup2 below overwrites a descriptor still to be moved.
         job_in, job_out, stdout_fd, stderr_fd = (fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in fds)
         devnull = os.open(os.devnull, os.O_RDONLY)
@@ -101,10 +135,14 @@ class Jail:
         os.dup2(job_in, JOB_IN_FD)
         os.dup2(job_out, JOB_OUT_FD)
         os.closerange(JOB_OUT_FD + 1, self._max_fd)
-        os.mkdir(work_dir, 0o700)
+        if self._disk is not None:
+            self._mount_own_disk(work_dir)
+        else:
+            os.mkdir(work_dir, 0o700)
         os.chdir(work_dir)
         for res, value in self._rlimits:
             resource.setrlimit(res, value)
+        self._drop_capabilities()
         # The filter, with this process as the only allowed signal target, for good.
         pid = os.getpid()
         for at in self._pid_operands:
@@ -112,38 +150,73 @@ class Jail:
         if self._prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, self._fprog_address, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
 
+    def _mount_own_disk(self, work_dir: str) -> None:
+        """A mount namespace of the job's own (the fork server's mounts, locked read-only as they came
+        from bubblewrap's) with a fresh, capped tmpfs on `work_dir`, covering it for this job only."""
+        if self._libc.unshare(_CLONE_NEWNS) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) failed: the fork server needs CAP_SYS_ADMIN")
+        flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+        if self._libc.mount(b"tmpfs", work_dir.encode(), b"tmpfs", flags, self._mount_options) != 0:
+            raise OSError(ctypes.get_errno(), f"mounting the job's tmpfs on {work_dir} failed")
+
+    def _drop_capabilities(self) -> None:
+        """Empty effective, permitted and inheritable sets (the ambient set follows). Under bubblewrap the
+        fork server keeps CAP_SYS_ADMIN in its user namespace to mount each job's tmpfs; no job keeps it."""
+        if self._libc.capset(ctypes.byref(self._cap_header), self._cap_data) != 0:
+            raise OSError(ctypes.get_errno(), "capset failed")
+
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def remove_tree(path: str, max_steps: int = 1_000_000) -> None:
-    """Remove a dead job's work dir, best effort, and never raise.
+def remove_tree(path: str, max_entries: int = 1_000_000) -> bool:
+    """Remove a dead job's work dir, best effort, and never raise; True when it is gone.
 
     Iterative, one descriptor open at a time, relative to it: no nesting depth can exhaust the
     recursion limit (shutil.rmtree raised RecursionError past ~1,000 levels), descriptors or PATH_MAX.
-    What cannot be removed (a dir the job made unreadable and that stays so) is left in the tmpfs,
-    whose size is capped."""
+    At most `max_entries` entries are removed or entered, so the cost to the caller is bounded
+    whatever the job left. What is not removed (a dir the job made unreadable and that stays so, or
+    what is past the bound) is left in place."""
     try:
         os.rmdir(path)  # The common case: the job wrote no files.
-        return
+        return True
     except OSError:
         pass
     try:
         os.unlink(path)  # A file a job left beside its work dir.
-        return
+        return True
     except OSError:
         pass
     try:
         os.chmod(path, 0o700, follow_symlinks=False)  # A dir a job made with no read bit.
         fd = os.open(path, _DIR_FLAGS)
     except (OSError, NotImplementedError):  # NotImplementedError: chmod of a symlink on Linux.
-        return
-    names: list[str] = []  # From `path` down to the dir `fd` is open on.
+        return False
+    budget = [max_entries]
     try:
-        for _ in range(max_steps):
+        if not _empty_tree(fd, budget):
+            return False
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(path)
+    except OSError:
+        return False
+    return True
+
+
+def _empty_tree(fd: int, budget: list[int]) -> bool:
+    """Remove everything below the dir open on `fd` (which stays open), spending `budget[0]`."""
+    names: list[str] = []  # From the top down to the dir `fd` is open on.
+    top = fd
+    try:
+        while budget[0] > 0:
             child = None
             with os.scandir(fd) as entries:
                 for entry in entries:
+                    budget[0] -= 1
+                    if budget[0] <= 0:
+                        return False
                     if entry.is_dir(follow_symlinks=False):
                         child = entry.name
                         break
@@ -156,21 +229,20 @@ def remove_tree(path: str, max_steps: int = 1_000_000) -> None:
                     os.chmod(child, 0o700, dir_fd=fd, follow_symlinks=False)
                     sub = os.open(child, _DIR_FLAGS, dir_fd=fd)
                 except OSError:
-                    return  # Cannot go down: give up rather than loop on it.
-                os.close(fd)
+                    return False  # Cannot go down: give up rather than loop on it.
+                if fd != top:
+                    os.close(fd)
                 fd, _ = sub, names.append(child)
                 continue
             if not names:
-                break
-            parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+                return True
+            parent = top if len(names) == 1 else os.open("..", _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = parent
             os.rmdir(names.pop(), dir_fd=fd)
+        return False
     except OSError:
-        return
+        return False
     finally:
-        os.close(fd)
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass
+        if fd != top:
+            os.close(fd)

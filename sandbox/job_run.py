@@ -48,7 +48,7 @@ class JobRun:
         self.fds = fds
         self.budget = budget
         self.config = config
-        self.reader = protocol.FrameReader(config.max_message_bytes)
+        self.reader = protocol.FrameReader(config.max_message_bytes, config.max_message_values)
         self.inbox: collections.deque[dict] = collections.deque()  # Read, not yet handled.
         self.outbuf = bytearray()
         self.channel_eof = False  # The job closed (or lost) its end of the channel.
@@ -56,10 +56,12 @@ class JobRun:
         self.tails = {"out": bytearray(), "err": bytearray()}
         self.nbytes = {"out": 0, "err": 0}
         self.run_s = 0.0
+        self.decode_s = 0.0  # Supervisor time spent decoding its messages, charged to its own clock.
         self.started = time.monotonic()  # For the wall budget, which counts brokered calls too.
         self.running_since: float | None = time.monotonic()  # None while a brokered call is pending.
         self.waiting = False
         self.solver_calls = self.prompt_tokens = self.completion_tokens = self.tool_calls = 0
+        self.refused_calls = 0  # Prompts of refused solver calls, charged to the call budget.
         self.result: dict | None = None
         self.violation = ""
         self.timed_out = False
@@ -130,11 +132,27 @@ class JobRun:
                 self.channel_eof = True
                 break
             budget -= len(data)
-            try:
-                self.inbox.extend(self.reader.feed(data))
-            except protocol.ProtocolError as e:
-                self.violate(str(e))
+            self._feed(data)
         return msgs
+
+    def _feed(self, data: bytes) -> None:
+        """Decode what the job wrote, charging the supervisor's time for it to the job's own clock, on
+        top of its running time (the pool credits the other jobs the same time, see `credit`)."""
+        start = time.monotonic()
+        try:
+            self.inbox.extend(self.reader.feed(data))
+        except protocol.ProtocolError as e:
+            self.violate(str(e))
+        spent = time.monotonic() - start
+        self.decode_s += spent
+        self.run_s += spent
+
+    def credit(self, seconds: float) -> None:
+        """The supervisor spent `seconds` on another job's messages: stop this job's clocks for that
+        long, so that what one job costs the supervisor is charged to it and to nobody else."""
+        if self.running_since is not None:
+            self.running_since += seconds
+        self.started += seconds
 
     def add_output(self, kind: str, data: bytes) -> None:
         tail, keep = self.tails[kind], self.config.output_tail_bytes
@@ -168,8 +186,15 @@ class JobRun:
         self.running_since = None
         self.waiting = True
 
-    def refuse_call(self, message: str) -> None:
-        """The brokered call failed through the job's own fault: no charge, restart the clock."""
+    def charge_refused(self, calls: int) -> None:
+        """A call refused through the job's own fault costs its call budget as if served (see
+        broker.prompts_charged): bad calls are bounded by the budget, like good ones."""
+        self.refused_calls += calls
+        self.budget.calls = max(0, self.budget.calls - calls)
+
+    def refuse_call(self, message: str, calls: int) -> None:
+        """The Generator refused the brokered call (the job's own fault): charge it, restart the clock."""
+        self.charge_refused(calls)
         self.waiting = False
         self.running_since = time.monotonic()
         self.send({"t": "refused", "kind": "generator", "message": message})

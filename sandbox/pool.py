@@ -31,7 +31,7 @@ from typing import Sequence
 
 from hljax.generate.types import Generator
 from sandbox import isolation, pids, protocol
-from sandbox.broker import Broker, Budget, CallRefused, make_call
+from sandbox.broker import Broker, Budget, CallRefused, make_call, prompts_charged
 from sandbox.config import SandboxConfig, SolverConfig
 from sandbox.job_run import JobRun
 from sandbox.results import IsolatedScorer, Job, JobResult, Scorer
@@ -43,37 +43,52 @@ _READ_CHUNK = 1 << 20
 # What one pass of the supervisor loop takes from one job's channel at most: a job that writes
 # faster than the supervisor handles gets no more than this before deadlines are checked and the
 # other jobs are served again. Messages read beyond it wait in the job's inbox for the next pass.
+# Decoding costs up to ~0.1 us a byte (a frame of empty lists), so the byte bound is what bounds one
+# job's share of a pass: ~25 ms at 256 KiB.
 _MESSAGES_PER_PASS = 32
-_MESSAGE_BYTES_PER_PASS = 1 << 20
+_MESSAGE_BYTES_PER_PASS = 256 << 10
 _MAX_REFUSAL_CHARS = 1000  # A tool's exception may quote its (job-chosen) arguments.
+# A fork server that could not be started is tried again after 0.5 s, 1 s, 2 s, ... up to 30 s.
+_RETRY_FIRST_S = 0.5
+_RETRY_MAX_S = 30.0
+# How many times a job is run again from the start because its fork server died under it through no
+# fault of its own (a neighbour's, or the machine's); past that, it is an infra_error.
+_MAX_RERUNS = 2
 
 
 class _Worker:
-    """One fork server process and the control channel to it."""
+    """One fork server process and the control channel to it; `ready` once it said so."""
 
     def __init__(self, index: int, proc: subprocess.Popen, control: socket.socket, log_file,
-                 cgroup: pids.PidsCgroup | None = None):
+                 cgroup: pids.PidsCgroup | None, start_deadline: float):  # fmt: skip
         self.index = index
         self.proc = proc
         self.control = control
         self.log_file = log_file  # The fork server's own stderr, for the reason when it dies.
-        self.cgroup = cgroup  # Caps the tasks of the fork server and its jobs (sandbox/pids.py).
+        self.cgroup = cgroup  # Caps the tasks of the fork server and of each of its jobs (sandbox/pids.py).
         self.runs: set[int] = set()  # Keys of the job runs it holds now.
+        self.ready = False
+        self.start_deadline = start_deadline
 
     def log_tail(self, n: int = 2000) -> str:
         self.log_file.seek(0)
         return self.log_file.read().decode("utf-8", "replace")[-n:].strip()
 
-    def stop(self) -> None:
+    def kill(self) -> None:
+        """SIGKILL bubblewrap (or the bare server): its pid namespace, and every job in it, go with it."""
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self, cgroup_wait_s: float) -> bool:
+        """Close up after the process ended or was asked to (closing the control channel does); False
+        if its cgroup is still busy after `cgroup_wait_s` (remove it later)."""
         self.control.close()
         try:
             self.proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            self.kill()
         self.log_file.close()
-        if self.cgroup is not None:
-            self.cgroup.remove()
+        return self.cgroup is None or self.cgroup.remove(wait_s=cgroup_wait_s)
 
 
 class SandboxPool:
@@ -81,6 +96,11 @@ class SandboxPool:
 
     `generator` serves the harnesses' solver calls (see `SolverConfig` for how a call maps onto it).
     A job's `tools` are run here, in the supervisor's thread, when its harness calls them.
+
+    A fork server that dies is replaced in the background: its replacement is started at once and
+    tried again with backoff until one reports ready, while the others keep serving; the pool logs one
+    warning line for each start that fails. Jobs it held that had neither finished nor caused it are
+    run again elsewhere (`_MAX_RERUNS`).
     """
 
     def __init__(self, config: SandboxConfig, generator: Generator, solver: SolverConfig = SolverConfig()):
@@ -94,11 +114,19 @@ class SandboxPool:
         self._next_key = 0
         self._runs: dict[int, JobRun] = {}
         self._workers: list[_Worker | None] = [None] * config.workers
+        self._retry_at = [math.inf] * config.workers  # When to start a slot that has no fork server.
+        self._failed_starts = [0] * config.workers  # Consecutive failed starts, for the backoff.
+        self._last_failure = ""  # Why the last start failed, for jobs that find no fork server at all.
+        self._down_since: float | None = None  # Since when no fork server is ready.
+        self._stale_cgroups: list[pids.PidsCgroup] = []  # Of dead fork servers, still busy when they died.
+        self._queued: collections.deque | None = None  # The running run()'s queue, for jobs run again.
+        self._reruns: dict[int, int] = {}  # Job index -> times run again, in the running run().
+        self._run_started = 0.0
         self._scorer = ScorerProcess(config)  # Started by the first run with an IsolatedScorer.
         self._closed = False
         try:
-            for i, worker in enumerate(self._start_workers(range(config.workers))):
-                self._workers[i] = worker
+            for worker in self._start_workers(range(config.workers)):
+                self._workers[worker.index] = worker
         except BaseException:
             self.close()
             raise
@@ -106,28 +134,48 @@ class SandboxPool:
     # ----- lifecycle -------------------------------------------------------------------------
 
     def _launch(self, index: int) -> _Worker:
+        """Start fork server `index`; it is not ready until it says so on its control channel."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        if self.config.isolation == "bwrap":
-            spec = isolation.bwrap_launch(self.config, theirs.fileno())
-        else:
-            spec = isolation.bare_launch(self.config, theirs.fileno(), os.path.join(self._tmp.name, str(index)))
-        log_file = tempfile.TemporaryFile()
-        cgroup = pids.PidsCgroup.create(self.config.max_tasks, f"w{index}")
-        pids.check(cgroup, self.config.max_tasks)
-        argv = cgroup.wrap(spec.argv) if cgroup is not None else spec.argv
-        proc = subprocess.Popen(
-            argv, env=spec.env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-            stdout=log_file, stderr=log_file, start_new_session=True,
-        )  # fmt: skip
-        theirs.close()
-        return _Worker(index, proc, ours, log_file, cgroup)
+        config = self.config
+        cgroup = pids.PidsCgroup.create(config.max_tasks, f"w{index}", config.slots_per_worker, config.job_tasks)
+        pids.check(cgroup, config.max_tasks)
+        slot_fds = tuple(cgroup.open_slots()) if cgroup is not None else ()
+        try:
+            if config.isolation == "bwrap":
+                spec = isolation.bwrap_launch(config, theirs.fileno(), slot_fds)
+            else:
+                tmp_root = os.path.join(self._tmp.name, str(index))
+                spec = isolation.bare_launch(config, theirs.fileno(), tmp_root, slot_fds)
+            log_file = tempfile.TemporaryFile()
+            argv = cgroup.wrap(spec.argv) if cgroup is not None else spec.argv
+            proc = subprocess.Popen(
+                argv, env=spec.env, pass_fds=(theirs.fileno(), *slot_fds), stdin=subprocess.DEVNULL,
+                stdout=log_file, stderr=log_file, start_new_session=True,
+            )  # fmt: skip
+        except BaseException:
+            ours.close()
+            if cgroup is not None:
+                cgroup.remove(wait_s=0)
+            raise
+        finally:
+            theirs.close()
+            for fd in slot_fds:
+                os.close(fd)
+        return _Worker(index, proc, ours, log_file, cgroup, time.monotonic() + config.start_timeout_s)
 
     def _start_workers(self, indices) -> list[_Worker]:
-        """Launch fork servers in parallel and wait for each to report ready."""
-        workers = [self._launch(i) for i in indices]
-        deadline = time.monotonic() + self.config.start_timeout_s
+        """Launch fork servers in parallel and wait for each to report ready (the pool's first start)."""
+        workers = []
+        try:
+            for i in indices:
+                workers.append(self._launch(i))
+        except BaseException:
+            for x in workers:
+                x.kill()
+                x.stop(cgroup_wait_s=2.0)
+            raise
         for w in workers:
-            w.control.settimeout(max(0.01, deadline - time.monotonic()))
+            w.control.settimeout(max(0.01, w.start_deadline - time.monotonic()))
             try:
                 packet, _ = protocol.recv_control(w.control)
             except (TimeoutError, OSError, protocol.ProtocolError) as e:
@@ -136,13 +184,95 @@ class SandboxPool:
             if packet is None or packet.kind != protocol.READY:
                 tail = w.log_tail()
                 for x in workers:
-                    x.proc.kill()
-                    x.stop()
+                    x.kill()
+                    x.stop(cgroup_wait_s=2.0)
                 raise isolation.SandboxUnavailable(f"sandbox worker failed to start: {tail or 'no output'}")
         for w in workers:
             w.control.setblocking(False)
+            w.ready = True
             self._selector.register(w.control, selectors.EVENT_READ, ("control", w))
         return workers
+
+    def _begin_start(self, index: int) -> None:
+        """Start a replacement for slot `index` without waiting for it: `_on_control` sees it ready."""
+        self._retry_at[index] = math.inf
+        try:
+            worker = self._launch(index)
+        except (isolation.SandboxUnavailable, OSError) as e:
+            self._start_failed(index, f"{type(e).__name__}: {e}")
+            return
+        worker.control.setblocking(False)
+        self._workers[index] = worker
+        self._selector.register(worker.control, selectors.EVENT_READ, ("control", worker))
+
+    def _on_ready(self, worker: _Worker) -> None:
+        worker.ready = True
+        if self._failed_starts[worker.index]:
+            log.warning("sandbox worker %d is back after %d failed start(s); %d of %d fork servers running",
+                        worker.index, self._failed_starts[worker.index], self.capacity, self.config.workers)
+        self._failed_starts[worker.index] = 0
+
+    def _abandon_start(self, worker: _Worker, why: str) -> None:
+        """A replacement that died or never said ready: kill it and try again later."""
+        self._selector.unregister(worker.control)
+        worker.kill()
+        tail = worker.log_tail()
+        self._retire(worker)
+        self._start_failed(worker.index, why + (f"; its log: {tail[-300:]}" if tail else ""))
+
+    def _start_failed(self, index: int, why: str) -> None:
+        """Schedule the next try of slot `index` and say so, in one line."""
+        self._failed_starts[index] += 1
+        tries = self._failed_starts[index]
+        delay = min(_RETRY_FIRST_S * 2 ** (tries - 1), _RETRY_MAX_S)
+        self._retry_at[index] = time.monotonic() + delay
+        self._last_failure = why
+        log.warning("sandbox worker %d could not be started (try %d: %s); next try in %.1f s; %d of %d fork "
+                    "servers running", index, tries, why, delay, self.capacity, self.config.workers)
+
+    def _retire(self, worker: _Worker) -> None:
+        """Close up a killed fork server; its cgroup goes later if its last tasks are still leaving."""
+        if not worker.stop(cgroup_wait_s=0):
+            self._stale_cgroups.append(worker.cgroup)
+        if self._workers[worker.index] is worker:
+            self._workers[worker.index] = None
+
+    def _tend_workers(self, now: float) -> None:
+        """Start what is due, give up on starts past their deadline, remove cgroups freed since."""
+        for i, worker in enumerate(self._workers):
+            if worker is None and now >= self._retry_at[i] and not self._closed:
+                self._begin_start(i)
+            elif worker is not None and not worker.ready and now > worker.start_deadline:
+                self._abandon_start(worker, f"it did not report ready within {self.config.start_timeout_s:g}s")
+        self._stale_cgroups = [g for g in self._stale_cgroups if not g.remove(wait_s=0)]
+        if self.capacity:
+            self._down_since = None
+        elif self._down_since is None:
+            self._down_since = now
+
+    def _next_worker_event(self, now: float) -> float:
+        """Seconds until `_tend_workers` has something to do."""
+        times = [t for t, w in zip(self._retry_at, self._workers) if w is None]
+        times += [w.start_deadline for w in self._workers if w is not None and not w.ready]
+        return max(0.0, min(times, default=math.inf) - now)
+
+    @property
+    def capacity(self) -> int:
+        """Fork servers ready to take jobs."""
+        return sum(1 for w in self._workers if w is not None and w.ready)
+
+    def await_capacity(self, timeout_s: float) -> bool:
+        """Wait until every fork server is ready (a replacement started in the background), at most
+        `timeout_s`; whether they all are. run() does the same work as it goes."""
+        deadline = time.monotonic() + timeout_s
+        while self.capacity < self.config.workers and not self._closed:
+            now = time.monotonic()
+            self._tend_workers(now)
+            if now >= deadline:
+                break
+            wait = min(deadline - now, self._next_worker_event(now), 1.0)
+            self._select([], wait)
+        return self.capacity == self.config.workers
 
     def close(self) -> None:
         """Stop the fork servers and the broker thread. Idempotent."""
@@ -152,7 +282,11 @@ class SandboxPool:
         for w in self._workers:
             if w is not None:
                 self._selector.unregister(w.control)
-                w.stop()
+                if not w.ready:
+                    w.kill()
+                w.stop(cgroup_wait_s=2.0)
+        for group in self._stale_cgroups:
+            group.remove(wait_s=2.0)
         self._broker.close()
         self._scorer.shutdown()
         self._selector.close()
@@ -174,8 +308,8 @@ class SandboxPool:
 
     @property
     def worker_pids(self) -> list[int]:
-        """Host pids of the fork servers' outermost processes (bwrap or python)."""
-        return [w.proc.pid for w in self._workers if w is not None]
+        """Host pids of the ready fork servers' outermost processes (bwrap or python)."""
+        return [w.proc.pid for w in self._workers if w is not None and w.ready]
 
     # ----- running jobs ----------------------------------------------------------------------
 
@@ -189,10 +323,13 @@ class SandboxPool:
                 if not name.isidentifier() or name == "solve":
                     raise ValueError(f"tool name {name!r} must be an identifier other than 'solve'")
         queued = collections.deque(range(len(jobs)))
+        self._queued, self._reruns = queued, {}
+        self._run_started = time.monotonic()
         results: list[JobResult | None] = [None] * len(jobs)
         calls = []  # Calls waiting for the broker.
         try:
             while queued or self._runs:
+                self._tend_workers(time.monotonic())
                 self._fill_slots(jobs, queued, results)
                 handled = self._select(calls)
                 for run in list(self._runs.values()):  # Messages left over from earlier passes.
@@ -207,24 +344,34 @@ class SandboxPool:
                     run.worker.runs.discard(key)
                     results[run.index] = run.finish()
         except BaseException:  # A bug or KeyboardInterrupt: leave no job running behind us.
+            self._queued = None  # Nothing is run again.
             for w in list(self._workers):
                 if w is not None and w.runs:
                     self._replace_worker(w, "run() was interrupted")
             self._runs.clear()
             raise
+        finally:
+            self._queued = None
         if isinstance(scorer, IsolatedScorer):
             return self._score_isolated(results, jobs, scorer)
         return [self._score(r, jobs[i], scorer) for i, r in enumerate(results)]
 
     def _fill_slots(self, jobs: Sequence[Job], queued: collections.deque, results: list) -> None:
-        if not any(w is not None for w in self._workers):
-            while queued:
-                i = queued.popleft()
-                results[i] = JobResult(jobs[i].tag, "infra_error", None, None, reason="no sandbox worker is running")
+        if not self.capacity:
+            # Counted from this run's start at the earliest: a replacement may have become ready between
+            # runs, its READY not read yet.
+            since = max(self._down_since, self._run_started) if self._down_since is not None else math.inf
+            down_s = max(0.0, time.monotonic() - since)
+            if queued and down_s > self.config.start_timeout_s:
+                reason = f"no sandbox worker has been running for {down_s:.0f}s: {self._last_failure}"
+                while queued:
+                    i = queued.popleft()
+                    results[i] = JobResult(jobs[i].tag, "infra_error", None, None, reason=reason)
             return
         for i in range(len(self._workers)):
             # Re-read the slot each time: a failed spawn replaces the worker.
-            while queued and (w := self._workers[i]) is not None and len(w.runs) < self.config.slots_per_worker:
+            while (queued and (w := self._workers[i]) is not None and w.ready
+                   and len(w.runs) < self.config.slots_per_worker):  # fmt: skip
                 self._spawn(w, queued.popleft(), jobs)
 
     def _spawn(self, worker: _Worker, index: int, jobs: Sequence[Job]) -> None:
@@ -246,7 +393,7 @@ class SandboxPool:
         try:
             protocol.send_control(worker.control, protocol.Control(protocol.SPAWN, key), theirs)
         except OSError as e:
-            self._replace_worker(worker, f"spawn request failed: {e}")  # Ends this run as infra_error.
+            self._replace_worker(worker, f"spawn request failed: {e}")  # Runs this job again.
             return
         finally:
             for fd in theirs:
@@ -254,10 +401,11 @@ class SandboxPool:
         run.send({"t": "job", "code": job.code, "question": job.question, "tools": sorted(job.tools or {})})
         self._watch_writes(run)
 
-    def _select(self, calls: list) -> set[int]:
-        """Handle the events of one select; return the keys of the runs whose messages were handled."""
+    def _select(self, calls: list, timeout: float | None = None) -> set[int]:
+        """Handle the events of one select (waiting at most `timeout`, by default until the next thing
+        due); return the keys of the runs whose messages were handled."""
         handled = set()
-        for key, mask in self._selector.select(self._select_timeout(calls)):
+        for key, mask in self._selector.select(self._select_timeout(calls) if timeout is None else timeout):
             kind, obj = key.data
             # An earlier event of this batch may have closed this one's descriptor (a job's exit).
             if kind == "wake":
@@ -283,7 +431,7 @@ class SandboxPool:
 
     def _select_timeout(self, calls: list) -> float:
         now = time.monotonic()
-        waits = [1.0]
+        waits = [1.0, self._next_worker_event(now)]
         for run in self._runs.values():
             if self._has_backlog(run):
                 return 0.0
@@ -304,8 +452,9 @@ class SandboxPool:
             if served.failure:
                 run.fail_infra(f"the Generator failed: {served.failure}")
                 self._kill(run)
-            elif served.refused:  # The harness's own prompt: it gets a SolverError, like a bad argument.
-                run.refuse_call(f"the Generator failed on this call alone: {served.refused}")
+            elif served.refused:  # The harness's own call: it gets a SolverError, like a bad argument.
+                run.refuse_call(f"the Generator refused this call: {served.refused}"[:_MAX_REFUSAL_CHARS],
+                                len(served.call.prompts))
             else:
                 run.answer_call(served.completions)
             if run.violation and not run.kill_sent:  # It left earlier replies unread.
@@ -313,29 +462,47 @@ class SandboxPool:
             self._watch_writes(run)
 
     def _on_control(self, worker: _Worker) -> None:
-        while True:
+        while self._workers[worker.index] is worker:
             try:
                 packet, _ = protocol.recv_control(worker.control)
             except BlockingIOError:
                 return
             except (OSError, protocol.ProtocolError) as e:
-                self._replace_worker(worker, f"bad control channel: {e}")
+                self._worker_lost(worker, f"bad control channel: {e}")
                 return
             if packet is None:
-                self._replace_worker(worker, "control channel closed")
+                self._worker_lost(worker, "control channel closed")
                 return
+            if not worker.ready:
+                if packet.kind != protocol.READY:
+                    self._abandon_start(worker, f"it sent {packet.kind!r} before it was ready")
+                    return
+                self._on_ready(worker)
+                continue
             run = self._runs.get(packet.job)
             if run is None or run.worker is not worker:
                 continue
             if packet.kind == protocol.EXITED:
                 self._end(run, packet.a, packet.b)
-            elif packet.kind == protocol.SPAWN_FAILED:
-                run.fail_infra(f"fork failed in the sandbox worker: {os.strerror(packet.a)}")
+            elif packet.kind == protocol.SPAWN_FAILED:  # The job never ran: run it again, elsewhere if need be.
                 self._end(run, None, 0)
+                self._rerun(run, f"fork failed in the sandbox worker: {os.strerror(packet.a)}")
+
+    def _worker_lost(self, worker: _Worker, why: str) -> None:
+        if worker.ready:
+            self._replace_worker(worker, why)
+        else:
+            self._abandon_start(worker, why)
 
     def _on_messages(self, run: JobRun, calls: list) -> None:
         """Handle at most one pass's worth of the job's messages, checking its deadline between them."""
-        for msg in run.read_messages(_MESSAGES_PER_PASS, _MESSAGE_BYTES_PER_PASS):
+        decoded_before = run.decode_s
+        msgs = run.read_messages(_MESSAGES_PER_PASS, _MESSAGE_BYTES_PER_PASS)
+        spent = run.decode_s - decoded_before  # Charged to `run`; the others' clocks stop for it.
+        for other in self._runs.values():
+            if other is not run:
+                other.credit(spent)
+        for msg in msgs:
             self._handle(run, msg, calls)
             if run.violation or run.has_exited or run.kill_sent:
                 break
@@ -359,6 +526,8 @@ class SandboxPool:
             try:
                 call = make_call(run.key, msg, self.solver, run.budget)
             except CallRefused as e:
+                if e.kind != "budget":  # Nothing is left to charge a budget refusal to.
+                    run.charge_refused(prompts_charged(msg))
                 run.send({"t": "refused", "kind": e.kind, "message": str(e)})
                 return
             run.pause()
@@ -443,14 +612,15 @@ class SandboxPool:
             run.time_out()
             self._kill(run)
         elif run.kill_sent and now - run.kill_sent_at > self.config.kill_grace_s and run.worker is not None:
-            self._replace_worker(run.worker, f"job {run.key} did not die within {self.config.kill_grace_s}s of a kill")
+            self._replace_worker(run.worker, f"job {run.key} did not die within {self.config.kill_grace_s}s of a kill",
+                                 culprit=run)
 
     def _kill(self, run: JobRun) -> None:
         run.kill_sent_at = time.monotonic()
         try:
             protocol.send_control(run.worker.control, protocol.Control(protocol.KILL, run.key))
         except OSError as e:
-            self._replace_worker(run.worker, f"kill request failed: {e}")
+            self._replace_worker(run.worker, f"kill request failed: {e}", culprit=run)
 
     def _dispatch(self, calls: list, now: float) -> None:
         """Send waiting calls to the broker when it is idle and the batch is worth sending."""
@@ -465,32 +635,43 @@ class SandboxPool:
             self._broker.submit([c for c, _ in live])
             calls.clear()
 
-    def _replace_worker(self, worker: _Worker, why: str) -> None:
-        """Kill a fork server, fail its running jobs as infrastructure errors, start a new one."""
+    def _replace_worker(self, worker: _Worker, why: str, culprit: JobRun | None = None) -> None:
+        """Kill a fork server and start its replacement in the background. Of the jobs it held, those
+        that finished keep their results, those being killed (`culprit`, the one that would not die,
+        among them) keep the fault they were killed for, and the others, innocent, run again (`_rerun`)."""
         if self._workers[worker.index] is not worker:
             return
         reason = f"sandbox worker died ({why})"
         self._selector.unregister(worker.control)
-        worker.proc.kill()
-        worker.proc.wait()
+        worker.kill()
         tail = worker.log_tail()
         if tail:
             reason += f"; its log: {tail[-500:]}"
         log.error("%s; replacing it", reason)
         for key in list(worker.runs):
             run = self._runs[key]
-            if not run.timed_out:
-                run.fail_infra(reason)
-            self._end(run, None, 0)
+            self._end(run, None, 0)  # Reads what it left: a result sent before the server died counts.
+            # A killed job (the culprit is one) was killed for its own fault, which it keeps: a timeout,
+            # a protocol violation, or a tool's or the Generator's failure.
+            if not (run.kill_sent or run.result is not None):
+                self._rerun(run, reason)
         worker.runs.clear()
-        worker.stop()
-        self._workers[worker.index] = None
-        if self._closed:
+        self._retire(worker)
+        if not self._closed:
+            self._begin_start(worker.index)
+
+    def _rerun(self, run: JobRun, reason: str) -> None:
+        """A job lost through no fault of its own: queue it again from the start, at most `_MAX_RERUNS`
+        times; after that (or outside run()), it is an infra_error with `reason`."""
+        reruns = self._reruns.get(run.index, 0)
+        if self._queued is None or reruns >= _MAX_RERUNS:
+            run.fail_infra(reason if reruns == 0 else f"{reason} (run {reruns + 1} times, lost each time)")
             return
-        try:
-            (self._workers[worker.index],) = self._start_workers([worker.index])
-        except isolation.SandboxUnavailable as e:
-            log.error("could not replace sandbox worker %d: %s", worker.index, e)
+        self._reruns[run.index] = reruns + 1
+        self._runs.pop(run.key)
+        run.worker.runs.discard(run.key)
+        self._queued.appendleft(run.index)
+        log.info("sandbox: job %r runs again (%s)", run.job.tag, reason[:200])
 
     @property
     def scorer_pid(self) -> int | None:

@@ -72,8 +72,35 @@ def from_job(msg: dict) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
-def decode_from_job(body: bytes) -> dict:
-    """The message in a job's frame; ProtocolError unless it is a JSON object with a string `t`."""
+def count_values(body: bytes, limit: int) -> int:
+    """How many JSON values `body` holds, as far as `limit` matters: the result is above `limit` exactly
+    when the values are (valid JSON, compact as the jobs' encoder writes it; whitespace inside an empty
+    container only counts one too many). At C speed, without decoding.
+
+    Every value but the first follows a ',' or a ':', or is the first in a container, outside strings.
+    A cheap count over the whole body (strings included) settles almost every frame; only one with
+    more punctuation than `limit` (a long text, or an attack) has its strings cut out first: escaped
+    backslashes, then escaped quotes, leave every '"' a string's start or end. Past `limit` the count
+    stops early, and the result is then just something above it."""
+    cheap = body.count(b",") + body.count(b":") + body.count(b"[") + body.count(b"{") + 1
+    if cheap <= limit:
+        return cheap
+    unescaped = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    quotes = unescaped.count(b'"')
+    if quotes // 2 > limit:  # Every string is a value: too many before anything else is counted.
+        return quotes // 2
+    outside = b"".join(unescaped.split(b'"')[::2])
+    # An empty container has no first value.
+    openers = outside.count(b"[") + outside.count(b"{") - outside.count(b"[]") - outside.count(b"{}")
+    return outside.count(b",") + outside.count(b":") + openers + 1
+
+
+def decode_from_job(body: bytes, max_values: int = 1 << 62) -> dict:
+    """The message in a job's frame; ProtocolError unless it is a JSON object with a string `t` and at
+    most `max_values` JSON values (bounding what decoding costs the supervisor, see count_values)."""
+    values = count_values(body, max_values)
+    if values > max_values:
+        raise ProtocolError(f"frame holds over {max_values} JSON values ({values} counted)")
     try:
         msg = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: absurd nesting.
@@ -118,8 +145,9 @@ def _replace_lone_surrogates(msg: dict) -> dict:
 class FrameReader:
     """Incremental parser, in the supervisor, of the frames a job writes to its non-blocking pipe."""
 
-    def __init__(self, max_frame_bytes: int):
+    def __init__(self, max_frame_bytes: int, max_values: int = 1 << 62):
         self._max = max_frame_bytes
+        self._max_values = max_values
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> list[dict]:
@@ -135,7 +163,7 @@ class FrameReader:
                 break
             body = bytes(self._buf[_HEADER.size : end])
             del self._buf[:end]
-            out.append(decode_from_job(body))
+            out.append(decode_from_job(body, self._max_values))
         return out
 
 

@@ -31,6 +31,22 @@ _DENY_ALWAYS = (
     # finds another's (randomly named) work dir; chmod would undo that.
     "chmod", "fchmod", "fchmodat", "fchmodat2",
     "finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct", "quotactl",
+    # The new mount API: a job drops every capability, but refuse it outright as `mount` is.
+    "fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",
+    "open_by_handle_at", "name_to_handle_at",
+    # SysV IPC and POSIX message queues live in the fork server's IPC namespace, shared by its jobs,
+    # and outlive the job that made them: shared memory detached before exit is memory no job's limit
+    # counts, kept until the fork server dies.
+    "shmget", "shmat", "shmdt", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
+    "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
+    "mq_getsetattr",
+    # Reach the host's filesystems and caches, not the job's: sync and syncfs (on any file of the
+    # read-only binds) write back the host's dirty data; fadvise(DONTNEED) drops the page cache of the
+    # files the trusted side runs from.
+    "sync", "syncfs", "fadvise64",
+    # Per-user kernel objects: jobs are host root underneath (sandbox/isolation.py), so their watches and
+    # instances count against host root's limits (fs.inotify.max_user_instances is 128).
+    "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark",
 )  # fmt: skip
 _SIGNAL_SYSCALLS = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
 # Jobs of one fork server share a uid, so these would let one slow down, pin or starve a rival job:
@@ -39,9 +55,24 @@ _OWN_PID_ONLY = ("sched_setaffinity", "sched_setscheduler", "sched_setparam", "s
                  "move_pages")
 # setpriority and ioprio_set take (which, who): a process group or a user would reach rivals too.
 _PRIORITY_SYSCALLS = ("setpriority", "ioprio_set")
-# fcntl commands that make the kernel signal another process (SIGIO/SIGURG, or any signal with F_SETSIG)
-# when the descriptor is ready: a way around the kill filter below.
-_FCNTL_SIGNAL_OWNER = (8, 10, 15)  # F_SETOWN, F_SETSIG, F_SETOWN_EX
+# fcntl commands that reach past the job. A job is host root underneath, so it owns every file of the
+# read-only binds (the Python install, this package): a lease (F_SETLEASE) on one of them makes every
+# other process's open() of that file, the supervisor's and other jobs' imports included, wait for the
+# lease-break time (45 s here) or the job's death. F_SETOWN, F_SETOWN_EX and F_SETSIG make the kernel
+# signal another process when a descriptor is ready, and F_NOTIFY signals on directory changes: ways
+# around the kill filter below. F_SETPIPE_SZ grows a pipe to 1 MiB of kernel memory that no job limit
+# counts; the write-hint commands set state on the host's inodes. Advisory locks (F_SETLK, flock) stay
+# allowed: they hold up only processes that take locks too, and nothing trusted locks the files jobs see.
+_FCNTL_REFUSED = {
+    "F_SETOWN": 8, "F_SETSIG": 10, "F_SETOWN_EX": 15, "F_SETLEASE": 1024, "F_NOTIFY": 1026,
+    "F_SETPIPE_SZ": 1031, "F_SET_RW_HINT": 1036, "F_SET_FILE_RW_HINT": 1038,
+}  # fmt: skip
+# ioctl requests of the same kinds: set the process (group) a descriptor signals, make a terminal the
+# controlling one, or push input into a terminal another process reads.
+_IOCTL_REFUSED = {"FIOSETOWN": 0x8901, "SIOCSPGRP": 0x8902, "TIOCSPGRP": 0x5410, "TIOCSCTTY": 0x540E, "TIOCSTI": 0x5412}
+# fcntl and ioctl take their command as a 32-bit int, and the kernel ignores the upper half of the
+# register; seccomp compares all 64 bits. Compare the low half only, or (1 << 32) | F_SETOWN passes.
+_LOW_32 = 0xFFFFFFFF
 
 # Stands in for the job's pid, which each child writes into the program. Above any pid (pid_max <= 2^22).
 _PID_PLACEHOLDER = 0x3FFFFFF1
@@ -68,8 +99,10 @@ def build_filter(pid: int) -> pyseccomp.SyscallFilter:
         f.add_rule(eperm, name, pyseccomp.Arg(0, pyseccomp.NE, pid))
     for name in _PRIORITY_SYSCALLS:
         f.add_rule(eperm, name)
-    for cmd in _FCNTL_SIGNAL_OWNER:
-        f.add_rule(eperm, "fcntl", pyseccomp.Arg(1, pyseccomp.EQ, cmd))
+    for cmd in _FCNTL_REFUSED.values():
+        f.add_rule(eperm, "fcntl", pyseccomp.Arg(1, pyseccomp.MASKED_EQ, _LOW_32, cmd))
+    for request in _IOCTL_REFUSED.values():
+        f.add_rule(eperm, "ioctl", pyseccomp.Arg(1, pyseccomp.MASKED_EQ, _LOW_32, request))
     return f
 
 

@@ -15,11 +15,14 @@ class EchoGenerator:
     prompt_tokens is the prompt's word count. Records every request, so tests can check batching.
     """
 
-    def __init__(self, delay_s: float = 0.0, fail: bool = False, refuse: str = ""):
+    def __init__(self, delay_s: float = 0.0, fail: bool = False, refuse: str = "", max_seed: int | None = None):
         self.delay_s = delay_s
         self.fail = fail
         self.refuse = refuse  # Non-empty: a request with a prompt containing it raises, the whole request.
+        # Like the engine, which holds seeds as uint32: a larger one fails the whole request (OverflowError).
+        self.max_seed = max_seed
         self.requests: list[tuple[str, int, SamplingParams]] = []  # (method, batch size, sampling)
+        self.prompts: list[tuple[str, ...]] = []  # Each request's prompts.
         self._lock = threading.Lock()
 
     def _complete(self, prompt: str, sampling: SamplingParams) -> Completion:
@@ -36,10 +39,13 @@ class EchoGenerator:
     def _serve(self, method: str, prompts: list[str], sampling: SamplingParams, n: int) -> list[list[Completion]]:
         with self._lock:
             self.requests.append((method, len(prompts), sampling))
+            self.prompts.append(tuple(prompts))
         if self.delay_s:
             time.sleep(self.delay_s)
         if self.fail:
             raise ConnectionError("solver server unreachable")
+        if self.max_seed is not None and sampling.seed is not None and sampling.seed > self.max_seed:
+            raise OverflowError(f"Python integer {sampling.seed} out of bounds for uint32")
         if self.refuse and any(self.refuse in p for p in prompts):
             raise ValueError(f"prompt refused: contains {self.refuse!r}")
         return [[self._complete(p, sampling) for _ in range(n)] for p in prompts]

@@ -39,6 +39,38 @@ def test_bad_frames_are_protocol_errors(body, error):
         protocol.FrameReader(100).feed(len(body).to_bytes(4, "big") + body)
 
 
+def _values(obj) -> int:
+    if isinstance(obj, dict):
+        return 1 + sum(1 + _values(v) for v in obj.values())  # A key is a value too.
+    if isinstance(obj, list):
+        return 1 + sum(_values(v) for v in obj)
+    return 1
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        {"t": "result", "answer": "a, b: [c] {d}" * 50},  # Punctuation inside a string is no value.
+        {"t": "result", "answer": 'quote " and backslash \\ and both \\" then , [ {' * 40},
+        {"t": "tool", "name": "f", "args": [[1, 2.5, None, True], {"k": ["v", "w"]}, [], {}] * 20, "kwargs": {}},
+        {"t": "x", "s": ["\\", '"', '\\"', ",", "", ":"] * 30},
+    ],
+)
+def test_the_value_bound_is_exact_without_decoding(msg):
+    # Below the punctuation count (strings included): the strings are cut out and the values counted.
+    body, n = protocol.from_job(msg)[4:], _values(msg)
+    assert protocol.count_values(body, n) == n and protocol.count_values(body, n - 1) == n
+    assert protocol.decode_from_job(body, n) == msg
+    with pytest.raises(protocol.ProtocolError, match=f"frame holds over {n - 1} JSON values"):
+        protocol.decode_from_job(body, n - 1)
+
+
+def test_a_frame_of_many_small_values_is_refused_before_it_is_decoded():
+    body = b'{"t": "x", "v": [' + b"[]," * 350_000 + b"[]]}"  # 1 MiB: ~0.1 s and ~25 MB to decode.
+    with pytest.raises(protocol.ProtocolError, match="frame holds over 20000 JSON values"):
+        protocol.FrameReader(2 << 20, max_values=20_000).feed(len(body).to_bytes(4, "big") + body)
+
+
 def test_oversized_frame_is_refused_from_its_header():
     with pytest.raises(protocol.ProtocolError, match="frame of 101 bytes exceeds the limit of 100"):
         protocol.FrameReader(100).feed((101).to_bytes(4, "big"))

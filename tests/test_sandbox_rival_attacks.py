@@ -102,8 +102,12 @@ def test_fork_servers_sit_in_their_own_pids_cgroup_removed_at_close():
         for g, pid in zip(groups, p.worker_pids):
             with open(os.path.join(g.path, "pids.max")) as f:
                 assert f.read().strip() == "64"
-            with open(os.path.join(g.path, "cgroup.procs")) as f:
+            with open(os.path.join(g.server, "cgroup.procs")) as f:  # The fork server's own leaf.
                 assert str(pid) in f.read().split()
+            assert len(g.slots) == config.slots_per_worker
+            for slot in g.slots:  # One capped leaf per job slot (tests/test_sandbox_neighbour_attacks.py).
+                with open(os.path.join(slot, "pids.max")) as f:
+                    assert f.read().strip() == str(config.job_tasks)
         (r,) = p.run([Job(NORMAL, "x", reference="echo:x")], lambda a, j: a == j.reference)
         assert r.score == 1.0
     assert not any(os.path.exists(g.path) for g in groups)
@@ -142,9 +146,10 @@ def test_a_job_cannot_renice_pin_or_signal_a_rival_through_the_scheduler_or_fcnt
 # ----- the shared work root (issue 19, item 6) --------------------------------------------------------
 
 
-def test_what_a_job_leaves_beside_its_work_dir_is_swept_and_siblings_cannot_be_found(pool):
-    # Fills the work-root tmpfs from beside its own work dir (16 files of 15 MiB, in dirs no one may
-    # read), and tries to list the root, chmod its way back in, and write to /tmp itself.
+def test_a_job_sees_and_fills_its_own_disk_only_and_nothing_outlives_it(pool):
+    # Each job has a tmpfs of its own on its work dir (jail.JobDisk): it starts empty (no sibling's work
+    # dir to find), /tmp around it is read-only, chmod is refused, and filling it (16 files of 15 MiB)
+    # stops at its own job_disk_bytes.
     code = (
         "import errno, os\n"
         "def attempt(call):\n"
@@ -154,22 +159,22 @@ def test_what_a_job_leaves_beside_its_work_dir_is_swept_and_siblings_cannot_be_f
         "    except OSError as e:\n"
         "        return errno.errorcode[e.errno]\n"
         "def solve(q, s):\n"
-        "    root = os.path.dirname(os.getcwd())\n"
-        "    out = [attempt(lambda: os.listdir(root)), attempt(lambda: os.chmod(root, 0o700)),\n"
-        "           attempt(lambda: open('/tmp/litter', 'w').write('x'))]\n"
-        "    os.mkdir(f'{root}/litter-dir', 0o300)\n"
-        "    os.mkdir(f'{root}/litter-locked', 0)\n"
-        "    chunk = b'x' * (15 << 20)\n"
+        "    out = [str(os.listdir('.')), attempt(lambda: open('/tmp/litter', 'w').write('x')),\n"
+        "           attempt(lambda: os.chmod('.', 0o777))]\n"
+        "    chunk, written = b'x' * (15 << 20), 0\n"
         "    for i in range(16):\n"
         "        try:\n"
-        "            with open(f'{root}/litter-dir/f{i}', 'wb') as f:\n"
+        "            with open(f'f{i}', 'wb') as f:\n"
         "                f.write(chunk)\n"
-        "        except OSError:\n"
+        "            written += 15\n"
+        "        except OSError as e:\n"
+        "            out.append(errno.errorcode[e.errno])\n"
         "            break\n"
-        "    return ' '.join(out)\n"
+        "    return ' '.join(out + [str(written)])\n"
     )
-    assert run_among_normals(pool, code).answer == "EACCES EPERM EROFS"
-    # Every later job can still write: 48 MiB each, 3 at once on each fork server (256 MiB tmpfs).
+    assert pool.config.job_disk_bytes == 64 << 20
+    assert run_among_normals(pool, code).answer == "[] EROFS EPERM ENOSPC 60"
+    # Every later job can still write: 48 MiB each, 3 at once on each fork server.
     writer = (
         "def solve(q, s):\n"
         "    for i in range(4):\n"
