@@ -341,6 +341,9 @@ def checkpoint_steps(directory: str) -> list[int]:
 
 def train(cfg: RunConfig) -> list[str]:
     """launch.train: run_dir, data files, models, servers, disk, sandbox. -> what was checked."""
+    if cfg.sft_steps == 0 and cfg.grpo_steps == 0:
+        raise PreflightError(f"mode={cfg.mode!r} with sft.steps={cfg.sft.steps} and grpo.steps={cfg.grpo.steps} trains "
+                             "nothing: give --config.sft.steps or --config.grpo.steps a number of steps")
     done = [_timed("run_dir", check_run_dir, cfg.run_dir), _timed("run_dir config", check_train_rerun, cfg),
             _timed("metrics.backends", check_metrics, cfg.metrics.backends)]
     if cfg.sft_steps:

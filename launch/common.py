@@ -207,8 +207,15 @@ def run_absl(main: Callable, config_flag: str = "config") -> None:
     app.run(main, flags_parser=lambda argv: _parse_flags(argv, config_flag))
 
 
+_HELP = ("--help", "-help", "-h", "--helpshort", "-helpshort", "--helpfull", "-helpfull", "-?")
+
+
 def _parse_flags(argv: list[str], config_flag: str) -> list[str]:
-    from absl import flags
+    from absl import app, flags
+
+    asked = [a for a in argv[1:] if a in _HELP]
+    if asked:  # absl's own help flags exit 1; asking for help is not an error.
+        app.usage(shorthelp="full" not in asked[0], writeto_stdout=True, exitcode=0)
 
     wants_verbose = any(a in ("--verbose", "-verbose") or a.startswith(("--verbose=", "-verbose=")) and
                         a.split("=", 1)[1].lower() in ("1", "true") for a in argv[1:])

@@ -144,6 +144,9 @@ class RunConfig:
         object.__setattr__(self, "states", dataclasses.replace(self.states, refresh=refresh))
         if self.grpo.mu < 1:
             raise ConfigError(f"grpo.mu must be >= 1, got {self.grpo.mu}")
+        for key, value in (("sft.steps", self.sft.steps), ("grpo.steps", self.grpo.steps)):
+            if value < 0:
+                raise ConfigError(f"{key} must be >= 0, got {value}")
         need = []
         if not self.model.path and not self.model.preset:
             need.append("model.path (an HF Qwen3 folder)")
