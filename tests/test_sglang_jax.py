@@ -180,10 +180,6 @@ def test_an_adaptation_round_with_sglang_jax_proposing(server, folders, tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "sglang-jax 0.1.0rc0: at the second GRPO step (the server restarted on the first step's export) a reply's "
-    "log-probs carry other tokens' ids from position 0 (3 runs of 3, 2026-12-05), which the client refuses; "
-    "the first step's rollouts matched the trainer's log-probs within 3.3e-7"))
 def test_grpo_steps_with_sglang_jax_rollouts(tmp_path):
     """launch.train with rollout.backend=sglang_jax: two GRPO steps, each followed by a restart on the
     trainer's export. The sampled tokens' log-probs equal the trainer's recomputed ones at every step,
