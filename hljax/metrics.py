@@ -171,6 +171,7 @@ def plot_curves(rows: Sequence[Mapping], out_png: str, curves=MAIN_CURVES, title
                             va="top", fontsize=7, color="grey")
         ax.set_title(label)
         ax.set_xlabel("step")
+        ax.set_ylabel(key)  # The metrics.jsonl / TensorBoard name of what is plotted.
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(present):]:
         ax.axis("off")

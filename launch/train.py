@@ -45,10 +45,13 @@ def main(argv):
     logging.getLogger(__name__).info("preflight passed: %s", ", ".join(checked))
     if dist.is_main():
         resuming = preflight.checkpoint_steps(os.path.join(cfg.run_dir, "checkpoints"))
+        total = cfg.sft_steps + cfg.grpo_steps
         stages = [f"{name} {n} steps" for name, n in (("SFT", cfg.sft_steps), ("GRPO", cfg.grpo_steps)) if n]
         print_banner({
             "config": config_source(),
-            "run_dir": cfg.run_dir + (f" (resuming after step {resuming[-1]})" if resuming else " (new run)"),
+            "run_dir": cfg.run_dir + (" (new run)" if not resuming else
+                                      f" (complete: all {total} steps done; outputs refreshed)" if resuming[-1] >= total - 1
+                                      else f" (resuming after step {resuming[-1]})"),
             "stages": ", then ".join(stages),
             "devices": devices(),
             **({"sandbox": sandbox(cfg.sandbox), "solver": solver(cfg.solver)} if cfg.grpo_steps else {}),

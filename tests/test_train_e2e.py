@@ -111,12 +111,14 @@ def test_the_rl_proposer_reads_the_report(tiny_run, tmp_path):
 @FIXTURE_TIMEOUT
 def test_tiny_run_end_to_end(tiny_run, tmp_path):
     run, log = tiny_run
-    before = float(log.split("validity_before_sft: ")[1].split()[0])
-    after = float(log.split("validity_after_sft: ")[1].split()[0])
+    rows = _metrics(run)
+    # Edit validity before and after SFT: in the metrics rows (so in TensorBoard) and in the summary.
+    before, after = rows[0]["validity/before_sft"], rows[SFT_STEPS - 1]["validity/after_sft"]
     print(f"edit validity: untrained {before:.2f}, after SFT {after:.2f}")
     assert after > before
+    assert f"edit validity before sft: {before:.2f}" in log and f"edit validity after sft: {after:.2f}" in log
+    assert "GRPO score/mean: " in log
 
-    rows = _metrics(run)
     assert [r["step"] for r in rows] == list(range(SFT_STEPS + GRPO_STEPS))
     assert rows[0]["stage"] == "sft" and rows[-1]["stage"] == "grpo"
     assert rows[-1]["sampler_logprob_gap"] < 1e-3  # Engine and trainer agree on the sampled tokens.

@@ -90,6 +90,7 @@ class Trainer:
         self._stop = False
         self._signals = StopSignals("checkpointing after the current step", announce=dist.is_main())
         self._saved = -1  # The last step checkpointed.
+        self._row_extra: dict[str, float] = {}  # Figures measured between steps, for the next metrics row.
         self.rollouts: Rollouts | None = None  # Started at the first GRPO step.
         self.ref_model = None
         self._sft_data: tuple[list, list] | None = None  # (encoded training rows, held-out rows), loaded once.
@@ -149,10 +150,11 @@ class Trainer:
         summary = {}
         try:
             if start == 0 and cfg.sft_steps and cfg.sft.eval_rows:
-                summary["validity_before_sft"] = self._sft_validity("before")
+                # In step 0's metrics row (and so in TensorBoard), where the summary reads it back.
+                self._row_extra["validity/before_sft"] = self._sft_validity("before")
             for stage, first, last in self._stages(start):
                 if stage == "grpo" and first == cfg.sft_steps and cfg.sft_steps:  # SFT is done, GRPO starts.
-                    self._after_sft(summary)
+                    self._after_sft()
                 if stage == "grpo":
                     # Servers start here, while the optimiser is still the previous step's: a signal that
                     # ends their wait can checkpoint that step.
@@ -164,9 +166,8 @@ class Trainer:
                     m = self._step(step, stage)
                     bar.set_postfix({k: f"{m[k]:.3g}" for k in ("loss", "reward/mean") if k in m})
                 bar.close()
-            if cfg.sft_steps and not cfg.grpo_steps and cfg.sft.eval_rows and "validity_after_sft" not in summary:
-                summary["validity_after_sft"] = self._sft_validity("after")
             self.checkpointer.wait()
+            summary.update(headline(mx.read_jsonl(self.metrics.jsonl)) if dist.is_main() else {})
             summary["outputs"] = self._finish()
             if cfg.solver.simulated:
                 summary["solver"] = SIMULATED_LABEL
@@ -221,10 +222,8 @@ class Trainer:
         spans = [("sft", 0, cfg.sft_steps), ("grpo", cfg.sft_steps, cfg.sft_steps + cfg.grpo_steps)]
         return [(stage, max(a, start), b) for stage, a, b in spans if b > max(a, start)]
 
-    def _after_sft(self, summary: dict) -> None:
+    def _after_sft(self) -> None:
         cfg = self.cfg
-        if cfg.sft.eval_rows:
-            summary["validity_after_sft"] = self._sft_validity("after")
         # The KL reference of a GRPO stage that follows SFT is the SFT proposer (loaded from here).
         if cfg.export.after_sft or cfg.loss.beta > 0:
             self._export("export-sft")
@@ -235,6 +234,10 @@ class Trainer:
         total = cfg.sft_steps + cfg.grpo_steps
         self._make_optimizer(stage)
         m = self._stoppable(step, lambda: self._sft_step(step) if stage == "sft" else self._grpo_step(step))
+        if stage == "sft" and step == cfg.sft_steps - 1 and cfg.sft.eval_rows:
+            m["validity/after_sft"] = self._sft_validity("after")  # In the last SFT step's row.
+        m.update(self._row_extra)
+        self._row_extra = {}
         m["stage"] = stage
         if cfg.solver.simulated:
             m["solver"] = "simulated"  # Every row says its scores come from the stand-in solver.
@@ -468,3 +471,21 @@ def _sampler_gap(trainer_lp: np.ndarray, sampler_lps, prompts) -> np.ndarray:
     flat = np.concatenate(gaps) if gaps else np.zeros(0)
     return np.array([flat.sum(), flat.size], np.float64)
 
+
+
+def headline(rows: list[dict]) -> dict[str, str]:
+    """The figures a finished run leads with, read from its metrics rows (so a rerun shows them too):
+    edit validity before and after SFT, and the GRPO candidates' `score/mean`, first quarter of the
+    GRPO steps against the last (the figure the README's quick start quotes)."""
+    out = {}
+    for key in ("validity/before_sft", "validity/after_sft"):
+        values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+        if values:
+            out[f"edit validity {key.split('/')[1].replace('_', ' ')}"] = f"{values[-1]:.2f}"
+    scores = [r["score/mean"] for r in rows if r.get("stage") == "grpo" and isinstance(r.get("score/mean"), (int, float))]
+    if len(scores) >= 4:
+        q = len(scores) // 4
+        first, last = float(np.mean(scores[:q])), float(np.mean(scores[-q:]))
+        out["GRPO score/mean"] = (f"{first:.3f} (first {q} steps) -> {last:.3f} (last {q}), scoring-set score of "
+                                  "the sampled candidates")
+    return out
