@@ -22,7 +22,8 @@ EXIT_START_UP = 2  # A bad input found at start-up (as argparse and usage errors
 
 def setup_logging(tag: str = "") -> None:
     """`tag`: prefixed to every line, e.g. "[p1/2] " in a multi-process run."""
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s")
+    # force: absl's app.run has put its own handler (another line format) on the root logger already.
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s", force=True)
     # Library chatter (checkpoint paths, compilation-cache notes, every HTTP request) stays out of the
     # console; their warnings still show.
     for noisy in ("absl", "jax", "jaxlib", "orbax", "etils", "httpx", "httpcore", "urllib3", "matplotlib",
