@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from hljax import sharding as shd
 from hljax.checkpoint import hf, owner
 from hljax.checkpoint.orbax import TrainCheckpointer
+from hljax.preflight import check_model_dir
 from launch.common import ArgumentParser, start_up
 
 WRITER = "launch.export"
@@ -40,7 +41,10 @@ def check(checkpoint_dir: str, step: int | None, base: str | None = None) -> tup
     step = available[-1] if step is None else step
     if step not in available:
         raise ValueError(f"{checkpoint_dir}: no step {step}; available steps: {available}")
-    return base or run_cfg["model"]["path"] or os.path.join(run_dir, "init"), run_cfg["model"]["param_dtype"], step
+    base = base or run_cfg["model"]["path"] or os.path.join(run_dir, "init")
+    check_model_dir(base, "base", fix="give --base the HF folder the run started from (its config.json names it "
+                    "as model.path; a preset run's is run_dir/init)")
+    return base, run_cfg["model"]["param_dtype"], step
 
 
 def export(checkpoint_dir: str, step: int, out: str, base: str, param_dtype: str, dtype: str | None = None,
