@@ -1,6 +1,6 @@
 """Export a training checkpoint as an HF folder that transformers and SGLang load.
 
-    python -m launch.export --checkpoint runs/tiny/checkpoints --step 127 --out runs/tiny/hf-127
+    python -m launch.export --checkpoint runs/tiny/checkpoints --out runs/tiny/hf-latest   # --step N: another step
 
 The architecture and tokenizer come from the run's initial weights (recorded in the run's
 config.json beside the checkpoints); --base overrides that folder. An existing --out is refused;
