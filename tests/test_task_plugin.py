@@ -239,6 +239,17 @@ def test_adaptation_evaluation_and_two_grpo_steps_on_a_task_file(tmp_path):
     with open(os.path.join(run, "rollouts.jsonl")) as f:
         assert {json.loads(line)["task"] for line in f if line.strip()} == {"adder"}
 
+    # Multistep: states are harnesses the proposer itself revised (states.mode offline), on the same task.
+    multi = str(tmp_path / "multistep")
+    _launch("launch.train", "configs/tiny.py", f"--config.run_dir={multi}", "--config.mode=grpo",
+            f"--config.model.path={model}", "--config.states.mode=offline", "--config.grpo.steps=2",
+            "--config.grpo.prompts_per_step=1", "--config.grpo.group_size=2", "--config.grpo.scoring_questions=2",
+            "--config.grpo.scoring_windows=2", "--config.states.refresh_every=2", "--config.states.rounds=1",
+            "--config.states.proposals=2", "--config.states.scoring_questions=2", "--config.states.max_new_tokens=64",
+            "--config.metrics.plots=False", "--config.export.at_end=False", *task)
+    with open(os.path.join(multi, "metrics.jsonl")) as f:
+        assert [json.loads(line)["stage"] for line in f if line.strip()] == ["grpo", "grpo"]
+
     collect = str(tmp_path / "collect")
     _launch("launch.collect", "configs/collect_tiny.py", f"--config.run_dir={collect}",
             f"--config.out={collect}/sft.jsonl", *task)
