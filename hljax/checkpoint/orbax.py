@@ -23,6 +23,7 @@ import gc
 import logging
 import os
 import sys
+import threading
 from typing import Callable, TypeVar
 
 import jax
@@ -110,12 +111,18 @@ class TrainCheckpointer:
         When none restores, nothing is judged damaged (the checkpoints may fit another model):
         CheckpointUnreadable names every step and why."""
         failed: list[tuple[int, str]] = []
+        found = None
         with _abandoned_reads_collected():
             for step in reversed(self.all_steps()):
                 try:
-                    return step, load(step), failed
+                    found = step, load(step)
+                    break
                 except Exception as e:  # noqa: BLE001 - any failure to read back; the caller is told which.
                     failed.append((step, why(e)))
+        if failed:
+            _quiet_closed_loop_reports()
+        if found is not None:
+            return found[0], found[1], failed
         if failed:
             steps = "; ".join(f"step {s}: {reason}" for s, reason in failed)
             raise CheckpointUnreadable(f"{self.directory}: no checkpoint restores ({steps}): if they are "
@@ -154,6 +161,43 @@ def why(error: BaseException, limit: int = 240) -> str:
     first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
     text = f"{type(error).__name__}: {first}" if first else type(error).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class _ClosedLoopNoise(logging.Filter):
+    """Drops "Event loop is closed" errors: after a failed read, orbax's other reads still finish in
+    worker threads and try to hand their result to its closed event loop; concurrent.futures logs each
+    as an error with a traceback, at any time later (seen under load). The damage is reported once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed")
+
+
+_CLOSED_LOOP_NOISE = _ClosedLoopNoise()
+
+
+def _closed_loop(exc: BaseException | None) -> bool:
+    return isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed"
+
+
+def _quiet_closed_loop_reports() -> None:
+    """For the rest of the process (the abandoned reads' threads report at any time): their "Event loop
+    is closed" errors are dropped wherever they would print (logging, a thread's end, unraisable)."""
+    logging.getLogger("concurrent.futures").addFilter(_CLOSED_LOOP_NOISE)
+    thread_hook, unraisable_hook = threading.excepthook, sys.unraisablehook
+    if getattr(thread_hook, "_hljax_quiet", False):
+        return
+
+    def on_thread(args):
+        if not _closed_loop(args.exc_value):
+            thread_hook(args)
+
+    def on_unraisable(unraisable):
+        if not _closed_loop(unraisable.exc_value):
+            unraisable_hook(unraisable)
+
+    on_thread._hljax_quiet = True
+    threading.excepthook, sys.unraisablehook = on_thread, on_unraisable
 
 
 @contextlib.contextmanager
