@@ -14,16 +14,16 @@ import collections
 import dataclasses
 import json
 import os
-from typing import Any, Callable, Iterator, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 from hljax.harness import seeds
 from hljax.harness.contract import RETRIEVE, ToolSpec
 from sandbox.results import ScorerSpec
-from hljax.tasks.base import Question, Score, Split, Suite
+from hljax.tasks.base import Question, Score, Suite
 from hljax.tasks.qa_metrics import best_over_golds, f1_score
 from hljax.tasks.scorers import qa_spec, score_qa
 from hljax.tasks.retrieval import BM25Retriever, Paragraph
-from hljax.tasks.splits import QuestionSplits, SplitConfig, hash_ordered, question_id
+from hljax.tasks.splits import QuestionSplits, SplitConfig, SplitQuestions, hash_ordered, question_id
 
 Dataset = Literal["hotpotqa", "musique", "2wikimultihopqa"]
 _MAX_CACHED_INDEXES = 1024  # BM25 indexes kept per task (see MultiHopQATask._retriever).
@@ -271,7 +271,7 @@ short answer string (a name, date, number, or yes/no), graded by {metric} agains
 and its aliases after normalisation (lowercase, no punctuation, no articles a/an/the)."""
 
 
-class MultiHopQATask:
+class MultiHopQATask(SplitQuestions):
     """One multi-hop QA file: questions in hashed order, splits, EM/F1 scorer and the BM25 tool."""
 
     def __init__(self, config: QATaskConfig):
@@ -301,16 +301,6 @@ class MultiHopQATask:
     @property
     def tool_specs(self) -> tuple[ToolSpec, ...]:
         return (RETRIEVE,)
-
-    def questions(self, split: Split) -> Iterator[Question]:
-        return iter(self._splits.questions(split))
-
-    def feedback_round(self, round_index: int) -> list[Question]:
-        return self._splits.feedback_round(round_index)
-
-    def take(self, split: Split, n: int, start: int = 0) -> list[Question]:
-        """Any window of a split, e.g. every evaluation question of a dev file."""
-        return self._splits.take(split, n, start)
 
     def question(self, source_id: str) -> Question:
         """The question with the dataset's own id `source_id` (`_id` or `id`), whatever its split."""

@@ -29,13 +29,13 @@ import os
 import re
 import sys
 import types
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from hljax.harness import contract
 from hljax.harness.contract import ToolSpec
-from hljax.tasks.base import Question, Score, Split, Suite, guarded
+from hljax.tasks.base import Question, Score, Suite, guarded
 from hljax.tasks.qa_metrics import exact_match, f1_score
-from hljax.tasks.splits import QuestionSplits, SplitConfig, hash_ordered, question_id
+from hljax.tasks.splits import QuestionSplits, SplitConfig, SplitQuestions, hash_ordered, question_id
 from sandbox.results import ScorerSpec
 
 # Built-in scorers a TaskDef may name instead of writing one: (answer, reference) -> [0, 1], the
@@ -175,7 +175,7 @@ def load(ref: str) -> Suite:
 # ----- the task --------------------------------------------------------------------------------
 
 
-class PluginTask:
+class PluginTask(SplitQuestions):
     """A TaskDef's questions split into feedback / scoring / eval, and its scorer. No tools."""
 
     def __init__(self, definition: TaskDef, source: TaskSource, splits: SplitConfig, seed: int, pool_size: int):
@@ -212,15 +212,6 @@ class PluginTask:
 
     def __len__(self) -> int:
         return self._count
-
-    def questions(self, split: Split) -> Iterator[Question]:
-        return iter(self._splits.questions(split))
-
-    def feedback_round(self, round_index: int) -> list[Question]:
-        return self._splits.feedback_round(round_index)
-
-    def take(self, split: Split, n: int, start: int = 0) -> list[Question]:
-        return self._splits.take(split, n, start)
 
     def score(self, answer: str, question: Question) -> Score:
         return _score(_scoring_fn(self.definition.score), answer, question.payload)

@@ -17,10 +17,10 @@ from hljax.harness import seeds
 from hljax.harness.contract import ToolSpec
 from hljax.tasks import rg_families
 from sandbox.results import ScorerSpec
-from hljax.tasks.base import Question, Score, Split, Suite
+from hljax.tasks.base import Question, Score, Suite
 from hljax.tasks.formats import FORMATS, check_format_names, choose_format, render_question
 from hljax.tasks.scorers import reasoning_gym_spec, score_reasoning_gym
-from hljax.tasks.splits import QuestionSplits, SplitConfig, question_id
+from hljax.tasks.splits import QuestionSplits, SplitConfig, SplitQuestions, question_id
 
 Role = Literal["sft", "rl", "heldout"]
 ROLES: tuple[Role, ...] = ("sft", "rl", "heldout")
@@ -132,7 +132,7 @@ An example question:
 {example}"""
 
 
-class ReasoningGymTask:
+class ReasoningGymTask(SplitQuestions):
     """A Reasoning Gym family: its generator, format-varied questions, splits and scorer."""
 
     def __init__(self, config: RGTaskConfig):
@@ -157,16 +157,6 @@ class ReasoningGymTask:
     @property
     def tool_specs(self) -> tuple[ToolSpec, ...]:
         return ()
-
-    def questions(self, split: Split) -> Iterator[Question]:
-        return iter(self._splits.questions(split))
-
-    def feedback_round(self, round_index: int) -> list[Question]:
-        return self._splits.feedback_round(round_index)
-
-    def take(self, split: Split, n: int, start: int = 0) -> list[Question]:
-        """Any window of a split, e.g. more evaluation questions than configured."""
-        return self._splits.take(split, n, start)
 
     def question_at(self, index: int, fmt: str | None = None) -> Question:
         """Generator entry `index` as a question, in format `fmt` (default: its seeded format)."""

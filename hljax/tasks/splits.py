@@ -120,3 +120,20 @@ class QuestionSplits:
         if q.qid not in self._seen:
             self._seen.add(q.qid)
             self._by_split[self.config.split_of(q.qid)].append(q)
+
+
+class SplitQuestions:
+    """The question-serving part of the Task protocol, for tasks whose questions sit in
+    `self._splits` (a QuestionSplits)."""
+
+    _splits: QuestionSplits
+
+    def questions(self, split: Split) -> Iterator[Question]:
+        return iter(self._splits.questions(split))
+
+    def feedback_round(self, round_index: int) -> list[Question]:
+        return self._splits.feedback_round(round_index)
+
+    def take(self, split: Split, n: int, start: int = 0) -> list[Question]:
+        """Any window of a split, e.g. more evaluation questions than configured."""
+        return self._splits.take(split, n, start)
