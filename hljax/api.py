@@ -33,7 +33,7 @@ from hljax.loop.evaluate import proposer_spec, run
 from hljax.loop.run_config import EvalRunConfig
 from hljax.tasks.base import Question, Task
 from hljax.tasks.jobs import run_codes
-from hljax.tasks.suite import build_tasks, seed_harness
+from hljax.tasks.suite import build_tasks, load_suite
 from sandbox.pool import SandboxPool
 
 
@@ -94,7 +94,7 @@ def adapt(task: Task, proposer: Endpoint, pool: SandboxPool, cfg: EvalRunConfig,
     """`cfg.adapt.rounds` revision rounds of `harness` (default: the suite's seed harness) on `task`,
     persisted under `directory` (rerunning resumes); -> the rounds. `rec.RunStore(directory)` reads
     every harness back (`.harness(round.selected)`)."""
-    code = harness if harness is not None else seed_harness(cfg.tasks)
+    code = harness if harness is not None else load_suite(cfg.tasks.suite).seed_harness
     return run_adaptation(task, code, proposer.generator, pool, cfg.adapt, rec.RunStore(directory), seed=cfg.seed,
                           run_index=run_index, prompt=cfg.prompt, reward=cfg.reward,
                           enable_thinking=cfg.proposer.enable_thinking)

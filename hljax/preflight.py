@@ -75,10 +75,8 @@ def _missing_folders(path: str) -> list[str]:
 
 def check_disk(run_dir: str, need_bytes: int, why: str) -> None:
     """At least `need_bytes` free on `run_dir`'s file system (`why`: how the number was reached)."""
-    existing = os.path.abspath(run_dir)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    free = shutil.disk_usage(existing).free
+    missing = _missing_folders(run_dir)  # Preflight made and removed them: measure the disk they will be on.
+    free = shutil.disk_usage(os.path.dirname(missing[-1]) if missing else run_dir).free
     if free < need_bytes:
         raise PreflightError(f"run_dir={run_dir!r}: {_gb(free)} free on its disk, the run needs about {_gb(need_bytes)} "
                              f"({why}): free space, lower checkpoint.keep, or put run_dir on a larger disk")
@@ -190,7 +188,7 @@ def check_tasks(spec, seed: int, need: dict[str, tuple[int, str]]) -> None:
         if suite.name == "multihop_qa":
             return check_qa_files(spec.qa_files, spec.qa_aliases)
         with _quiet("absl"):
-            tasks = build_tasks(spec, seed)
+            tasks = build_tasks(spec, seed, suite)
         for task in tasks:
             for split, (n, _) in need.items():
                 task.take(split, n)

@@ -59,7 +59,7 @@ from hljax.signals import stop_point
 from hljax.tasks.base import Question, Task
 from hljax.tasks.multihop_qa import QAPayload
 from hljax.tasks.reasoning_gym import RGPayload
-from hljax.tasks.suite import build_tasks, seed_harness
+from hljax.tasks.suite import tasks_and_seed_harness
 from sandbox.pool import SandboxPool
 from sandbox.results import JobResult
 
@@ -178,8 +178,7 @@ class Collector:
         solver = Endpoint(solver_spec(cfg.solver, teacher_path, cfg.seed), mesh, name="solver")
         self._endpoints.append(solver)
         self.pool = SandboxPool(cfg.sandbox, solver.generator, cfg.solver.budget)
-        self.tasks: list[Task] = build_tasks(cfg.tasks, cfg.seed)
-        self.seed_harness = seed_harness(cfg.tasks)
+        self.tasks, self.seed_harness = tasks_and_seed_harness(cfg.tasks, cfg.seed)
         self._parent: dict[str, tuple[float, list[Question]]] = {}
 
     def close(self) -> None:

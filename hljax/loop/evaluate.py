@@ -35,7 +35,7 @@ from hljax.seeding import derive_seed
 from hljax.signals import stop_point
 from hljax.tasks.base import Question, Task
 from hljax.tasks.jobs import run_codes
-from hljax.tasks.suite import build_tasks, seed_harness
+from hljax.tasks.suite import tasks_and_seed_harness
 from sandbox.pool import SandboxPool
 
 log = logging.getLogger(__name__)
@@ -131,10 +131,9 @@ def run(cfg: EvalRunConfig) -> dict:
     """Evaluate every proposer on every task; tables and reports on process 0. -> summary paths."""
     distributed.initialize(cfg.distributed)
     mesh = distributed.local_mesh(cfg.mesh) if distributed.process_count() > 1 else shd.make_mesh(cfg.mesh)
-    tasks = build_tasks(cfg.tasks, cfg.seed)
+    tasks, seed_code = tasks_and_seed_harness(cfg.tasks, cfg.seed)
     # Tasks are independent: each process takes its share, and process 0 tabulates from the files.
     mine = tasks[distributed.process_index()::distributed.process_count()]
-    seed_code = seed_harness(cfg.tasks)
     protocol = single_revision if cfg.evaluation.protocol == "single" else adaptation_runs
     os.makedirs(cfg.run_dir, exist_ok=True)
     if distributed.is_main():

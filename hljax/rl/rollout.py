@@ -37,7 +37,7 @@ from hljax.rl.config import LossConfig
 from hljax.rl.grpo import group_advantages, zero_variance_groups
 from hljax.rl.run_config import WRITER
 from hljax.seeding import derive_seed
-from hljax.tasks.suite import build_tasks, seed_harness
+from hljax.tasks.suite import tasks_and_seed_harness
 from sandbox.config import SandboxConfig, SolverConfig
 from sandbox.pool import SandboxPool
 
@@ -122,8 +122,7 @@ class Rollouts:
         self.solver = self._solver.generator
         self.pool = SandboxPool(sandbox, self.solver, budget)
 
-        self.tasks = build_tasks(tasks, seed)
-        self.seed_harness = seed_harness(tasks)
+        self.tasks, self.seed_harness = tasks_and_seed_harness(tasks, seed)
         self.states = StatePool(states, self.tasks, self.seed_harness, self.pool, grpo.state_rounds, states_dir,
                                 seed=seed, prompt=prompt, enable_thinking=enable_thinking)
 

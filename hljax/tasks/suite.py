@@ -36,12 +36,14 @@ def load_suite(ref: str) -> Suite:
                      "(path/to/task.py) or 'package.module:NAME' (docs/tasks.md)")
 
 
-def build_tasks(spec, seed: int) -> list[Task]:
-    """`spec`: a run's TaskSpec (suite, role/families or QA files, split sizes)."""
+def build_tasks(spec, seed: int, suite: Suite | None = None) -> list[Task]:
+    """`spec`: a run's TaskSpec (suite, role/families or QA files, split sizes); `suite`: its Suite
+    when the caller has loaded it already (a task file is imported once, not per call)."""
     splits = split_config(spec.feedback, spec.scoring, spec.eval, seed)
-    return load_suite(spec.suite).build(spec, splits, seed)
+    return (suite or load_suite(spec.suite)).build(spec, splits, seed)
 
 
-def seed_harness(spec) -> str:
-    """The source of the harness every task of the run starts from."""
-    return load_suite(spec.suite).seed_harness
+def tasks_and_seed_harness(spec, seed: int) -> tuple[list[Task], str]:
+    """A run's tasks and the source of the harness every one of them starts from (one suite load)."""
+    suite = load_suite(spec.suite)
+    return build_tasks(spec, seed, suite), suite.seed_harness
