@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Mapping
 from hljax.harness import contract
 from hljax.harness.contract import ToolSpec
 from hljax.tasks.base import Question, Score, Suite, guarded
-from hljax.tasks.qa_metrics import exact_match, f1_score
+from hljax.tasks.qa_metrics import best_over_golds, exact_match, f1_score
 from hljax.tasks.splits import QuestionSplits, SplitConfig, SplitQuestions, hash_ordered, question_id
 from sandbox.results import ScorerSpec
 
@@ -296,7 +296,7 @@ def _scoring_fn(score: Callable[[str, Any], float] | str) -> Callable[[str, Any]
     if not isinstance(score, str):
         return score
     fn = BUILTIN_SCORERS[score]
-    return lambda answer, ref: max(fn(answer, g) for g in ([ref] if isinstance(ref, str) else ref))
+    return lambda answer, ref: best_over_golds(fn, answer, [ref] if isinstance(ref, str) else ref)
 
 
 def _score(fn: Callable[[str, Any], float], answer: str, reference: Any) -> Score:
