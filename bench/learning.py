@@ -205,10 +205,10 @@ def fixed_rows(scores: dict[str, dict[str, float]]) -> tuple[dict[str, dict[str,
 
 def grpo_rise(run_dir: str) -> tuple[float, float]:
     """score/mean of the sampled candidates: mean of the first and of the last quarter of GRPO steps."""
-    rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
-    scores = [r["score/mean"] for r in rows if r.get("stage") == "grpo"]
-    q = max(1, len(scores) // 4)
-    return statistics.fmean(scores[:q]), statistics.fmean(scores[-q:])
+    from hljax import metrics
+
+    first, last, _ = metrics.grpo_score_quarters(metrics.read_jsonl(os.path.join(run_dir, "metrics.jsonl")))
+    return first, last
 
 
 def spread(xs: list[float]) -> str:

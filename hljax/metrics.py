@@ -106,6 +106,16 @@ class MetricsWriter:
             self._wandb.finish()
 
 
+def grpo_score_quarters(rows: Sequence[Mapping], min_steps: int = 1) -> tuple[float, float, int] | None:
+    """The GRPO candidates' `score/mean` in metrics rows: the mean of the first and of the last quarter of
+    GRPO steps (a quarter is at least one step) and the quarter's length; None under `min_steps` steps."""
+    scores = [r["score/mean"] for r in rows if r.get("stage") == "grpo" and isinstance(r.get("score/mean"), (int, float))]
+    if not scores or len(scores) < min_steps:
+        return None
+    q = max(1, len(scores) // 4)
+    return float(np.mean(scores[:q])), float(np.mean(scores[-q:])), q
+
+
 def truncate_jsonl(path: str, last_step: int) -> None:
     """Drop the rows of `path` written after `last_step` (a resumed run writes them again), and a torn
     last line (a crash mid-write), with a warning."""

@@ -482,10 +482,9 @@ def headline(rows: list[dict]) -> dict[str, str]:
         values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
         if values:
             out[f"edit validity {key.split('/')[1].replace('_', ' ')}"] = f"{values[-1]:.2f}"
-    scores = [r["score/mean"] for r in rows if r.get("stage") == "grpo" and isinstance(r.get("score/mean"), (int, float))]
-    if len(scores) >= 4:
-        q = len(scores) // 4
-        first, last = float(np.mean(scores[:q])), float(np.mean(scores[-q:]))
+    quarters = mx.grpo_score_quarters(rows, min_steps=4)
+    if quarters:
+        first, last, q = quarters
         out["GRPO score/mean"] = (f"{first:.3f} (first {q} steps) -> {last:.3f} (last {q}), scoring-set score of "
                                   "the sampled candidates")
     return out
