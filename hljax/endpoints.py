@@ -8,6 +8,9 @@ fields into a `GeneratorSpec` (the rules of which backend takes which field live
   SGLang client (the code path used against a real SGLang server) or, with `api="openai"`, through
   `/v1/chat/completions`.
 - `embedded`: the in-process engine without HTTP (an embedded solver).
+- `colocated`: the in-process engine without HTTP whose callers share one continuous batch, and which
+  takes a trainer's weights as arrays (GRPO's rollout backend without a disk round trip:
+  hljax/generate/colocated.py).
 - `sglang`: a running server at `url` (SGLang's native API, or any OpenAI-compatible one with
   `api="openai"`); its tokenizer (for the chat template) is read from `path`, or from the folder the
   server reports in `/model_info` when `path` is empty.
@@ -30,6 +33,7 @@ import transformers
 
 from hljax.config import ServingSpec, SolverSpec
 from hljax.generate.client import SGLangGenerator
+from hljax.generate.colocated import ColocatedGenerator
 from hljax.generate.engine import EngineConfig
 from hljax.generate.http import ClientConfig
 from hljax.generate.local import LocalGenerator
@@ -96,7 +100,8 @@ def solver_spec(solver: SolverSpec, default_path: str, seed: int) -> GeneratorSp
 @dataclasses.dataclass
 class Opened:
     generator: Any  # A Generator (hljax/generate/types.py), or a chat-only one (api="openai").
-    server: Server | ManagedSGLangJax | None = None  # A server this process runs: stopped with the endpoint.
+    # What this process runs for it (a server, a batch thread): stopped with the endpoint.
+    server: Server | ManagedSGLangJax | ColocatedGenerator | None = None
 
 
 def _client(spec: GeneratorSpec, url: str, tokenizer) -> Any:
@@ -150,6 +155,11 @@ def _embedded_server(spec: GeneratorSpec, mesh, tokenizer, name: str) -> Opened:
     return Opened(_client(spec, server.url, tokenizer if tokenizer is not None else local.tokenizer), server)
 
 
+def _colocated(spec: GeneratorSpec, mesh, tokenizer, name: str) -> Opened:
+    generator = ColocatedGenerator(_local(spec, mesh))
+    return Opened(generator, generator)
+
+
 def _sglang_jax(spec: GeneratorSpec, mesh, tokenizer, name: str) -> Opened:
     tokenizer = tokenizer if tokenizer is not None else transformers.AutoTokenizer.from_pretrained(spec.path)
     s = spec.serving
@@ -160,8 +170,8 @@ def _sglang_jax(spec: GeneratorSpec, mesh, tokenizer, name: str) -> Opened:
 
 # name -> opener(spec, mesh, tokenizer, name). A new backend registers here and nowhere else.
 BACKENDS: dict[str, Callable[[GeneratorSpec, jax.sharding.Mesh, Any, str], Opened]] = {
-    "embedded_server": _embedded_server, "embedded": _embedded, "sglang": _sglang, "sglang_jax": _sglang_jax,
-    "simulated": _simulated,
+    "embedded_server": _embedded_server, "embedded": _embedded, "colocated": _colocated, "sglang": _sglang,
+    "sglang_jax": _sglang_jax, "simulated": _simulated,
 }
 
 
@@ -175,7 +185,7 @@ class Endpoint:
         self.spec = spec
         opened = BACKENDS[spec.backend](spec, mesh, tokenizer, name)
         self.generator = opened.generator
-        self.server: Server | ManagedSGLangJax | None = opened.server
+        self.server: Server | ManagedSGLangJax | ColocatedGenerator | None = opened.server
 
     def close(self) -> None:
         if self.server is not None:

@@ -51,7 +51,7 @@ def main(argv):
             "config": config_source(),
             "run_dir": cfg.run_dir + (" (new run)" if not resuming else
                                       f" (complete: all {total} steps done; outputs refreshed)" if resuming[-1] >= total - 1
-                                      else f" (resuming after step {resuming[-1]})"),
+                                      else f" (checkpoints up to step {resuming[-1]}: resumes from the newest one that reads)"),
             "stages": ", then ".join(stages),
             "devices": devices(),
             **({"sandbox": sandbox(cfg.sandbox), "solver": solver(cfg.solver)} if cfg.grpo_steps else {}),

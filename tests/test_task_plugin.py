@@ -64,6 +64,18 @@ def test_the_example_task_loads_and_scores_its_references():
     assert "An example question:" in task.description and load_suite(EXAMPLE).names == ("unit_conversion",)
 
 
+def test_a_scorer_may_return_numpy_scalars_but_not_text_or_booleans(tmp_path):
+    """A scorer computing with numpy returns np.float32: a number, scored as one; a numpy bool is not."""
+    path = write_task(tmp_path / "np", extra="import numpy as np\n",
+                      score_body="return np.float32(0.5) if answer == reference else np.bool_(False)")
+    (task,) = build_tasks(spec(path), seed=0)
+    q = task.take("eval", 1)[0]
+    got = task.score(q.answer, q)
+    assert got.value == 0.5 and not got.error and type(got.value) is float
+    wrong = task.score("no", q)
+    assert wrong.value == 0.0 and "not a number" in wrong.error
+
+
 def test_splits_are_disjoint_and_a_file_order_changes_nothing(tmp_path):
     (task,) = build_tasks(spec(EXAMPLE), seed=0)
     ids = {sp: {q.qid for q in task.take(sp, 60)} for sp in ("feedback", "scoring", "eval")}

@@ -35,7 +35,7 @@ class BatchRunner:
     def __init__(self, generator: LocalGenerator):
         self.engine = generator.engine
         self.batcher = Batcher(self.engine)
-        self._inbox: queue.Queue[tuple[list[Request], Future]] = queue.Queue()
+        self._inbox: queue.Queue[tuple[list[Request], Future] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="hljax-batch-runner", daemon=True)
         self._thread.start()
 
@@ -50,9 +50,17 @@ class BatchRunner:
         """Submissions not yet taken in by the runner thread."""
         return self._inbox.qsize()
 
+    def stop(self) -> None:
+        """End the runner thread once the requests already submitted are done."""
+        self._inbox.put(None)
+        self._thread.join()
+
     def _loop(self):
         futures: dict[int, Future] = {}
+        stopping = False
         while True:
+            if stopping and self.batcher.idle:
+                return
             # Block only when there is nothing to decode; otherwise take what arrived and go on.
             items = [self._inbox.get()] if self.batcher.idle else []
             while True:
@@ -60,8 +68,14 @@ class BatchRunner:
                     items.append(self._inbox.get_nowait())
                 except queue.Empty:
                     break
-            for requests, future in items:
+            for item in items:
+                if item is None:  # stop(); the requests queued before it still run.
+                    stopping = True
+                    continue
+                requests, future = item
                 futures[id(self.batcher.add(requests))] = future
+            if self.batcher.idle:
+                continue
             try:
                 completed = self.batcher.step()
             except Exception as e:  # noqa: BLE001 - every waiting client must hear about it.

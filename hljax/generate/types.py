@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Literal, Mapping, Protocol, Sequence
+from typing import Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 Message = Mapping[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
 FinishReason = Literal["stop", "length", "abort"]
@@ -142,6 +142,16 @@ class TrainableGenerator(Generator, Protocol):
 
     def servers_without_weight_updates(self) -> list[str]:
         """Servers behind this generator that cannot take `update_weights_from_disk` ([]: all can)."""
+        ...
+
+
+@runtime_checkable
+class InMemoryTrainable(TrainableGenerator, Protocol):
+    """A proposer in the trainer's own process that takes new weights as arrays: no export, no reload
+    from disk (the `colocated` rollout backend, hljax/generate/colocated.py)."""
+
+    def update_weights_from_model(self, model, weight_version: str | None = None) -> None:
+        """Serve `model`'s current weights (same architecture, addressable here) from the next batch on."""
         ...
 
 

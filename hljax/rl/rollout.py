@@ -2,7 +2,8 @@
 
 The proposer is reached through the SGLang client, whether the server is a real SGLang server or
 our embedded JAX engine behind the same API; new weights reach it as an HF export plus
-`/update_weights_from_disk`. The solver is a separate, frozen generator serving the sandbox.
+`/update_weights_from_disk`. The `colocated` backend is our engine in this process without HTTP: it
+takes the new weights as arrays (hljax/generate/colocated.py). The solver is a separate, frozen generator serving the sandbox.
 
 Multi-process: each process collects the states ("slots") of its own rows of the batch, with its own
 sandbox pool and embedded server (or the shared SGLang servers / router of `rollout.url`), and
@@ -27,7 +28,7 @@ from hljax import distributed as dist
 from hljax.checkpoint import hf
 from hljax.config import TaskSpec
 from hljax.endpoints import Endpoint, GeneratorSpec
-from hljax.generate.types import Completion, TrainableGenerator, render_chat
+from hljax.generate.types import Completion, InMemoryTrainable, TrainableGenerator, render_chat
 from hljax.harness.prompts import PromptConfig
 from hljax.loop import rewards as rw
 from hljax.loop.revision import candidate, score_candidates
@@ -138,6 +139,9 @@ class Rollouts:
         Embedded servers: every process exports and pushes to its own. External servers are shared:
         process 0 exports once and pushes to all of them, and everyone waits for it, so no process
         samples from the old weights."""
+        if isinstance(self.proposer, InMemoryTrainable):  # In this process: each process hands over its own.
+            self.proposer.update_weights_from_model(model, weight_version=version)
+            return
         if self._embedded or dist.is_main():
             hf.save_hf(model, self.sync_dir, dtype=self.sync_dtype, writer=WRITER, replace=True)
             self.proposer.update_weights_from_disk(self.sync_dir, weight_version=version)

@@ -74,9 +74,11 @@ class RolloutSpec:
     # SGLang client (the same code path as a real server). sglang: an external server at `url` (it must
     # have /update_weights_from_disk: SGLang, ours). sglang_jax: sglang-jax started by this process from
     # its venv (scripts/sglang_jax.sh setup) and restarted on each sync, as it loads no weights in place.
-    backend: Literal["embedded_server", "sglang", "sglang_jax"] = "embedded_server"
+    # colocated: our engine in the trainer's process without HTTP, handed the new weights as arrays at
+    # each sync (no export to disk; hljax/generate/colocated.py).
+    backend: Literal["embedded_server", "colocated", "sglang", "sglang_jax"] = "embedded_server"
     url: str = ""  # SGLang server(s) or router of the proposer (backend sglang).
-    sync_dir: str = ""  # Where new weights are exported for /update_weights_from_disk ("" = run_dir/sync).
+    sync_dir: str = ""  # Where new weights are exported for /update_weights_from_disk ("" = run_dir/sync; colocated: unused).
     # Embedded server (its dtype is the one it samples in; model.dtype the one the trainer scores in: a gap
     # between them shows in the sampler_logprob_gap metric):
     serving: ServingSpec = dataclasses.field(default=ServingSpec(), metadata={FLAT: True})

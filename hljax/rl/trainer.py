@@ -245,7 +245,10 @@ class Trainer:
         # A SIGTERM that reached any process stops all of them at the same step.
         self._stop = bool(dist.allgather(np.int32(self._signals.requested)).any())
         if (step + 1) % cfg.checkpoint.every == 0 or step == total - 1 or self._stop:
+            t = time.perf_counter()
             self._save(step)
+            # After this row is written (a crash must not leave a checkpoint without its row): in the next.
+            self._row_extra["time/checkpoint_s"] = time.perf_counter() - t
         if self._stop:
             self.checkpointer.wait()
             raise Preempted(f"{self._signals.stopped(f'saved step {step}')}", self._signals.signum or signal.SIGTERM)
@@ -409,6 +412,7 @@ class Trainer:
             "sampler_logprob_gap": float(gap_sum / gap_n) if gap_n else float("nan"),
             "time/generate_s": batch.time_generate,
             "time/sandbox_s": batch.time_sandbox,
+            "time/logprobs_s": t2 - t1,  # Gathering the step's rows, packing, old and reference log-probs.
             "time/train_s": t3 - t2,
             "time/sync_s": t4 - t3,
             "tokens_per_s": float(tokens * g.mu) / (t3 - t2),
@@ -473,6 +477,10 @@ def _sampler_gap(trainer_lp: np.ndarray, sampler_lps, prompts) -> np.ndarray:
 
 
 
+# A GRPO step's phases, as `time/<phase>_s` in its metrics row (collect = generate + sandbox + state prep).
+PHASES = ("generate", "sandbox", "logprobs", "train", "sync", "checkpoint")
+
+
 def headline(rows: list[dict]) -> dict[str, str]:
     """The figures a finished run leads with, read from its metrics rows (so a rerun shows them too):
     edit validity before and after SFT, and the GRPO candidates' `score/mean`, first quarter of the
@@ -482,6 +490,13 @@ def headline(rows: list[dict]) -> dict[str, str]:
         values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
         if values:
             out[f"edit validity {key.split('/')[1].replace('_', ' ')}"] = f"{values[-1]:.2f}"
+    grpo = [r for r in rows if r.get("stage") == "grpo"]
+    if grpo:  # Where the GRPO steps' time went (sum over steps; the checkpoint's blocking part only).
+        parts = [(name, sum(r.get(f"time/{name}_s", 0.0) for r in grpo)) for name in PHASES]
+        total = sum(r.get("time/step_s", 0.0) for r in grpo) + dict(parts)["checkpoint"]
+        parts.append(("other", max(0.0, total - sum(secs for _, secs in parts))))
+        out["GRPO time"] = f"{total / 60:.1f} min over {len(grpo)} steps: " + ", ".join(
+            f"{name} {secs / max(total, 1e-9):.0%}" for name, secs in parts if secs > 0)
     quarters = mx.grpo_score_quarters(rows, min_steps=4)
     if quarters:
         first, last, q = quarters

@@ -25,11 +25,14 @@ import importlib
 import importlib.util
 import itertools
 import json
+import numbers
 import os
 import re
 import sys
 import types
 from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
 
 from hljax.harness import contract
 from hljax.harness.contract import ToolSpec
@@ -303,9 +306,10 @@ def _score(fn: Callable[[str, Any], float], answer: str, reference: Any) -> Scor
     """`guarded`, and a value that is not a number (a string, None) is a scorer error too."""
     def checked() -> float:
         value = fn(answer, reference)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        # numbers.Real takes numpy's scalars too (a scorer computing with numpy returns np.float32).
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
             raise TypeError(f"the scorer returned {type(value).__name__} {value!r}, not a number in [0, 1]")
-        return value
+        return float(value)
     return guarded(checked)
 
 
