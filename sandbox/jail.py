@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import errno
 import fcntl
 import os
 import resource
@@ -27,6 +28,8 @@ JOB_OUT_FD = 4  # Messages to the supervisor.
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
+_PR_SET_KEEPCAPS = 8
+_PR_CAPBSET_DROP = 24
 _PR_SET_SECCOMP = 22
 _PR_SET_NO_NEW_PRIVS = 38
 _SECCOMP_MODE_FILTER = 2
@@ -34,6 +37,8 @@ INSN = struct.Struct("=HBBI")  # struct sock_filter: code, jt, jf, k
 _CLONE_NEWNS = 0x00020000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
 _CAPABILITY_VERSION_3 = 0x20080522
+CAP_SYS_ADMIN = 21
+_CAP_SETPCAP = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +50,7 @@ class JobLimits:
     file_size_bytes: int  # RLIMIT_FSIZE: largest file a job may write in its work dir.
     open_files: int  # RLIMIT_NOFILE.
     # RLIMIT_NPROC, or None. Counted per user in the job's user namespace, so under bubblewrap it caps
-    # the fork server's tasks together; not enforced when the host uid is root (sandbox/pids.py).
+    # the fork server's tasks together; not enforced when the job's host uid is root (sandbox/pids.py).
     tasks: int | None = None
 
 
@@ -164,6 +169,40 @@ class Jail:
         fork server keeps CAP_SYS_ADMIN in its user namespace to mount each job's tmpfs; no job keeps it."""
         if self._libc.capset(ctypes.byref(self._cap_header), self._cap_data) != 0:
             raise OSError(ctypes.get_errno(), "capset failed")
+
+
+def become(uid: int, gid: int, keep: tuple[int, ...] = ()) -> None:
+    """First thing in a fork server or the scorer process that bubblewrap started as root of a user
+    namespace made for it (sandbox/isolation.py): become `uid` and `gid`, which that namespace maps to an
+    unprivileged host uid, with no supplementary group and no capability but `keep`, in every set, the
+    bounding set included. bubblewrap leaves it CAP_SETUID, CAP_SETGID and CAP_SETPCAP for this only.
+    Raises (the process then never reports ready) unless the result is exactly that."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    prctl = libc.prctl
+    prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+    # The bounding set first, while CAP_SETPCAP is effective; CAP_SETPCAP itself last.
+    for cap in [c for c in range(64) if c not in keep and c != _CAP_SETPCAP] + [_CAP_SETPCAP]:
+        if prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != errno.EINVAL:  # EINVAL: no such cap.
+            raise OSError(ctypes.get_errno(), f"prctl(PR_CAPBSET_DROP, {cap}) failed")
+    os.setgroups([])  # Root's supplementary groups (gid 0 is host root's group) go.
+    os.setresgid(gid, gid, gid)
+    if prctl(_PR_SET_KEEPCAPS, 1 if keep else 0, 0, 0, 0) != 0:  # Else the uid change empties every set.
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_KEEPCAPS) failed")
+    os.setresuid(uid, uid, uid)
+    prctl(_PR_SET_KEEPCAPS, 0, 0, 0, 0)
+    mask = sum(1 << cap for cap in keep)
+    data = (_CapData * 2)()
+    for i in range(2):
+        data[i].effective = data[i].permitted = (mask >> (32 * i)) & 0xFFFFFFFF
+    if libc.capset(ctypes.byref(_CapHeader(_CAPABILITY_VERSION_3, 0)), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+    with open("/proc/self/status") as f:
+        status = dict(line.split(":", 1) for line in f if ":" in line)
+    caps = {k: int(status[k], 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
+    want = {"CapInh": 0, "CapPrm": mask, "CapEff": mask, "CapBnd": mask, "CapAmb": 0}
+    ids = (os.getresuid(), os.getresgid(), os.getgroups())
+    if caps != want or ids != ((uid,) * 3, (gid,) * 3, []):
+        raise RuntimeError(f"dropping root failed: {ids}, capabilities {caps}, wanted {want}")
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -11,8 +11,9 @@ Two layers, because neither binds everywhere:
   always keeps room to fork the next job;
 - RLIMIT_NPROC in every job (sandbox/jail.py). The kernel counts it per user in the job's user
   namespace, so it binds the fork server's tasks together, but it is not enforced for tasks whose
-  host uid is root, and bubblewrap maps the jobs' uid to the caller's. Without a cgroup, then, a
-  root caller's jobs are uncapped: the pool says so once, loudly (`check`).
+  host uid is root: jobs that run as root underneath (isolation="rlimits_only" as root, or
+  $HLJAX_SANDBOX_HOST_UID=caller: sandbox/isolation.py) are uncapped without a cgroup, and the pool
+  says so once, loudly (`check`). By default a root caller's jobs run as an unprivileged host uid.
 A raw `clone(CLONE_THREAD)` loop is the attack: without a cap it made 3,000 threads in 0.31 s.
 """
 
@@ -147,14 +148,14 @@ def _rmdir(path: str, wait_s: float = 2.0, quiet: bool = False) -> bool:
 _warned = False
 
 
-def check(cgroup: PidsCgroup | None, max_tasks: int) -> None:
-    """Warn once per process when no layer caps the jobs' tasks (root caller, no pids cgroup)."""
+def check(cgroup: PidsCgroup | None, max_tasks: int, job_host_uid: int) -> None:
+    """Warn once per process when no layer caps the jobs' tasks (jobs are host root, no pids cgroup)."""
     global _warned
-    if cgroup is not None or os.geteuid() != 0 or _warned:
+    if cgroup is not None or job_host_uid != 0 or _warned:
         return
     _warned = True
     log.warning(
         "sandbox: no pids cgroup could be created (%s not writable) and RLIMIT_NPROC does not bind root, so "
-        "a job can start threads until the machine runs out of pids (max_tasks=%d is not enforced). Run as a "
-        "non-root user, or give this process a writable pids cgroup.", " or ".join(_parents()) or "no pids "
-        "hierarchy mounted", max_tasks)
+        "a job can start threads until the machine runs out of pids (max_tasks=%d is not enforced). Run the "
+        "jobs as a non-root host uid (the default under bwrap), or give this process a writable pids cgroup.",
+        " or ".join(_parents()) or "no pids hierarchy mounted", max_tasks)

@@ -135,11 +135,13 @@ class SandboxPool:
 
     def _launch(self, index: int) -> _Worker:
         """Start fork server `index`; it is not ready until it says so on its control channel."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         config = self.config
+        job_uid = isolation.job_host_uid(config)  # First: it refuses a malformed $HLJAX_SANDBOX_HOST_UID.
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         cgroup = pids.PidsCgroup.create(config.max_tasks, f"w{index}", config.slots_per_worker, config.job_tasks)
-        pids.check(cgroup, config.max_tasks)
+        pids.check(cgroup, config.max_tasks, job_uid)
         slot_fds = tuple(cgroup.open_slots()) if cgroup is not None else ()
+        spec = None
         try:
             if config.isolation == "bwrap":
                 spec = isolation.bwrap_launch(config, theirs.fileno(), slot_fds)
@@ -149,7 +151,7 @@ class SandboxPool:
             log_file = tempfile.TemporaryFile()
             argv = cgroup.wrap(spec.argv) if cgroup is not None else spec.argv
             proc = subprocess.Popen(
-                argv, env=spec.env, pass_fds=(theirs.fileno(), *slot_fds), stdin=subprocess.DEVNULL,
+                argv, env=spec.env, pass_fds=(theirs.fileno(), *slot_fds, *spec.fds), stdin=subprocess.DEVNULL,
                 stdout=log_file, stderr=log_file, start_new_session=True,
             )  # fmt: skip
         except BaseException:
@@ -159,7 +161,7 @@ class SandboxPool:
             raise
         finally:
             theirs.close()
-            for fd in slot_fds:
+            for fd in slot_fds + (spec.fds if spec is not None else ()):
                 os.close(fd)
         return _Worker(index, proc, ours, log_file, cgroup, time.monotonic() + config.start_timeout_s)
 

@@ -246,4 +246,8 @@ def _kill(pidfd: int) -> None:
 
 
 def main() -> None:
-    ScoreServer(json.loads(sys.argv[1])).serve()
+    config = json.loads(sys.argv[1])
+    if config.get("become"):  # Started as root of its user namespace (host root): first, drop that.
+        become = config["become"]
+        jail.become(become["uid"], become["gid"], tuple(become["keep"]))
+    ScoreServer(config).serve()

@@ -64,6 +64,7 @@ class ScorerProcess:
 
     def _start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        spec = None
         try:
             if self.config.isolation == "bwrap":
                 spec = isolation.scorer_bwrap_launch(self.config, theirs.fileno())
@@ -72,7 +73,7 @@ class ScorerProcess:
                 spec = isolation.scorer_bare_launch(self.config, theirs.fileno(), os.path.join(self._tmp.name, "score"))
             self._log = tempfile.TemporaryFile()
             self._proc = subprocess.Popen(
-                spec.argv, env=spec.env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                spec.argv, env=spec.env, pass_fds=(theirs.fileno(), *spec.fds), stdin=subprocess.DEVNULL,
                 stdout=self._log, stderr=self._log, start_new_session=True,
             )  # fmt: skip
         except BaseException:
@@ -80,6 +81,8 @@ class ScorerProcess:
             raise
         finally:
             theirs.close()
+            for fd in spec.fds if spec is not None else ():
+                os.close(fd)
         self._sock = ours
         ours.settimeout(self.config.start_timeout_s)
         try:

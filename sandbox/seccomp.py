@@ -44,8 +44,9 @@ _DENY_ALWAYS = (
     # read-only binds) write back the host's dirty data; fadvise(DONTNEED) drops the page cache of the
     # files the trusted side runs from.
     "sync", "syncfs", "fadvise64",
-    # Per-user kernel objects: jobs are host root underneath (sandbox/isolation.py), so their watches and
-    # instances count against host root's limits (fs.inotify.max_user_instances is 128).
+    # Per-user kernel objects: jobs share one host uid (sandbox/isolation.py), host root's where they
+    # are root underneath, so their watches and instances count against one limit
+    # (fs.inotify.max_user_instances is 128) that other jobs, or the trusted side, need too.
     "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark",
 )  # fmt: skip
 _SIGNAL_SYSCALLS = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
@@ -55,14 +56,17 @@ _OWN_PID_ONLY = ("sched_setaffinity", "sched_setscheduler", "sched_setparam", "s
                  "move_pages")
 # setpriority and ioprio_set take (which, who): a process group or a user would reach rivals too.
 _PRIORITY_SYSCALLS = ("setpriority", "ioprio_set")
-# fcntl commands that reach past the job. A job is host root underneath, so it owns every file of the
-# read-only binds (the Python install, this package): a lease (F_SETLEASE) on one of them makes every
-# other process's open() of that file, the supervisor's and other jobs' imports included, wait for the
-# lease-break time (45 s here) or the job's death. F_SETOWN, F_SETOWN_EX and F_SETSIG make the kernel
-# signal another process when a descriptor is ready, and F_NOTIFY signals on directory changes: ways
-# around the kill filter below. F_SETPIPE_SZ grows a pipe to 1 MiB of kernel memory that no job limit
-# counts; the write-hint commands set state on the host's inodes. Advisory locks (F_SETLK, flock) stay
-# allowed: they hold up only processes that take locks too, and nothing trusted locks the files jobs see.
+# fcntl commands that reach past the job. A job that is host root underneath (isolation="rlimits_only"
+# as root, or HLJAX_SANDBOX_HOST_UID=caller: sandbox/isolation.py) owns every file of the read-only
+# binds (the Python install, this package): a lease (F_SETLEASE) on one of them makes every other
+# process's open() of that file, the supervisor's and other jobs' imports included, wait for the
+# lease-break time (45 s here) or the job's death. By default jobs run as an unprivileged host uid,
+# which the kernel refuses such a lease for ownership (EACCES); the refusal here comes first (EPERM).
+# F_SETOWN, F_SETOWN_EX and F_SETSIG make the kernel signal another process when a descriptor is ready,
+# and F_NOTIFY signals on directory changes: ways around the kill filter below. F_SETPIPE_SZ grows a
+# pipe to 1 MiB of kernel memory that no job limit counts; the write-hint commands set state on the
+# host's inodes. Advisory locks (F_SETLK, flock) stay allowed: they hold up only processes that take
+# locks too, and nothing trusted locks the files jobs see.
 _FCNTL_REFUSED = {
     "F_SETOWN": 8, "F_SETSIG": 10, "F_SETOWN_EX": 15, "F_SETLEASE": 1024, "F_NOTIFY": 1026,
     "F_SETPIPE_SZ": 1031, "F_SET_RW_HINT": 1036, "F_SET_FILE_RW_HINT": 1038,

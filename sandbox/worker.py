@@ -8,10 +8,11 @@ own job channel. Forking a warm interpreter costs a few milliseconds, against te
 Started as `python -I -S -B -c "...; from sandbox.worker import main; main()" CONFIG_JSON` where
 CONFIG_JSON holds: control_fd, tmp_root, limits (JobLimits fields), seccomp (the BPF program as hex
 and its pid offsets), max_frames, max_answer_chars, preload (module names imported once here so
-that children start with them), job_disk (JobDisk fields, or null: bare, work dirs in tmp_root) and
-slot_cgroup_fds (the `cgroup.procs` of one pids cgroup per job slot, or none). Nothing imported here
-may register at-fork hooks (threading, random do): every child would run them, at a cost of a
-hundred page faults or more each.
+that children start with them), job_disk (JobDisk fields, or null: bare, work dirs in tmp_root),
+slot_cgroup_fds (the `cgroup.procs` of one pids cgroup per job slot, or none) and become (the uid, gid
+and capabilities to drop to first, when started as root of its user namespace: sandbox/isolation.py;
+or null). Nothing imported here may register at-fork hooks (threading, random do): every child would
+run them, at a cost of a hundred page faults or more each.
 
 A job's exit is reported as soon as it is seen, before any clean-up: under bubblewrap there is none
 here (each job's tmpfs dies with it, freed in its own process), and bare, the clean-up that follows
@@ -182,4 +183,8 @@ def _kill(pidfd: int) -> None:
 
 
 def main() -> None:
-    ForkServer(json.loads(sys.argv[1])).serve()
+    config = json.loads(sys.argv[1])
+    if config.get("become"):  # Started as root of its user namespace (host root): first, drop that.
+        become = config["become"]
+        jail.become(become["uid"], become["gid"], tuple(become["keep"]))
+    ForkServer(config).serve()

@@ -8,10 +8,12 @@ run only where `require_contained` holds (tests/_sandbox_attack_kit.py).
 
 import ast
 import json
+import os
 import socket
 
 import pytest
 
+from sandbox import isolation
 from tests._sandbox_attack_kit import (  # noqa: F401 - `pool` is a fixture.
     KILL_BODY, OWN_PIDNS, SECRET, TAIL, guarded, needs_bwrap, pool, probe, require_contained, run_among_normals,
 )
@@ -196,8 +198,14 @@ def test_writing_outside_the_work_dir(pool, tmp_path):
         "    return ','.join(out)\n"
     )
     r = run_among_normals(pool, code)
-    # /etc does not exist in the sandbox; /usr, / and the package are read-only; /root is absent.
-    assert r.answer == "FileNotFoundError,OSError,OSError,OSError,OSError,FileNotFoundError,File too large"
+    # /etc does not exist in the sandbox; /usr, / and the package are read-only; /root is absent. The
+    # package's files are refused for ownership first (PermissionError) unless the job's host uid owns
+    # them (a non-root caller's own checkout, or HLJAX_SANDBOX_HOST_UID=caller): then the read-only mount.
+    package_file = os.path.join(os.path.dirname(isolation.__file__), "worker.py")
+    owned = os.stat(package_file).st_uid == isolation.job_host_uid(pool.config)
+    expected = ["FileNotFoundError", "OSError", "OSError", "OSError" if owned else "PermissionError", "OSError",
+                "FileNotFoundError", "File too large"]  # fmt: skip
+    assert r.answer == ",".join(expected)
     assert not host_file.exists()
 
 
@@ -269,7 +277,10 @@ def test_jobs_are_not_root_and_proc_sys_is_read_only(pool):
     r = run_among_normals(pool, code)
     info = json.loads(r.answer)
     assert (info["uid"], info["gid"]) == (65534, 65534), info
-    assert info["opened"] == ["EROFS"] * 3, info
+    # Refused for ownership (a root-owned 0644 file) unless the job is host root underneath
+    # (HLJAX_SANDBOX_HOST_UID=caller as root): then by the read-only bind alone.
+    refusal = "EROFS" if isolation.job_host_uid(pool.config) == 0 else "EACCES"
+    assert info["opened"] == [refusal] * 3, info
 
 
 def test_no_memory_outside_the_job_limit_through_dev_or_memfd(pool):

@@ -17,9 +17,10 @@ import time
 
 import pytest
 
-from sandbox import isolation
+from sandbox import isolation, seccomp
 from sandbox.config import SolverConfig
 from sandbox.pool import SandboxPool
+from sandbox.scoring import ScorerProcess
 from sandbox.results import Job
 from tests._sandbox_attack_kit import (  # noqa: F401 - `pool` is a fixture.
     CONFIG, NORMAL, OWN_PIDNS, guarded, needs_bwrap, pool, probe, require_contained,
@@ -61,9 +62,11 @@ def _open_stalls(path: str, stop: threading.Event, out: list) -> None:
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="raw syscall numbers are x86_64's")
 def test_a_job_can_neither_lease_a_file_nor_make_the_kernel_signal_or_block_others(pool):
-    # Jobs are host root underneath: a write lease on a root-owned file of the read-only binds made every
-    # other open() of it, the supervisor's and a fresh host python's included, wait 10 s for the job's
-    # death. The raw syscalls set the upper half of the 32-bit command, which the filter once compared too.
+    # When jobs were host root underneath, a write lease on a root-owned file of the read-only binds made
+    # every other open() of it, the supervisor's and a fresh host python's included, wait 10 s for the
+    # job's death. They now run as an unprivileged host uid (item 8), which the kernel refuses a lease on
+    # a file it does not own; the filter refuses it first, for HLJAX_SANDBOX_HOST_UID=caller and bare
+    # pools. The raw syscalls set the upper half of the 32-bit command, which the filter once compared too.
     require_contained(pool)
     body = f"""
     import ctypes, errno, fcntl, signal, time
@@ -383,3 +386,169 @@ def test_a_job_holds_no_capability_and_a_tmpfs_of_its_own_with_size_and_inode_ca
     assert f"size={pool.config.job_disk_bytes >> 10}k" in options, mounts
     assert f"nr_inodes={pool.config.job_inodes}" in options, mounts
     assert probe(pool)["capeff"] == "0000000000000000"
+
+
+# ----- item 8: jobs run as an unprivileged host uid, not as host root ---------------------------------------
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root maps the sandbox to another host uid")
+ALONE = dataclasses.replace(CONFIG, workers=1, slots_per_worker=2)
+
+
+def _processes_under(root: int) -> dict[int, dict[str, str]]:
+    """/proc/<pid>/status of `root` and of every process below it, as the host sees them."""
+    children = collections.defaultdict(list)
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                children[int(f.read().rsplit(")", 1)[1].split()[1])].append(int(name))
+        except (OSError, ValueError):
+            continue
+    found, todo = {}, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                found[pid] = {k: v.strip() for k, v in (line.split(":", 1) for line in f if ":" in line)}
+        except OSError:
+            continue
+        todo += children[pid]
+    return found
+
+
+def _sandbox_python(processes: dict) -> dict[int, dict[str, str]]:
+    """The sandbox's Python processes (the server and its children), not bubblewrap's own two."""
+    return {pid: status for pid, status in processes.items() if status["Name"] != "bwrap"}
+
+
+@as_root
+def test_a_job_and_its_fork_server_run_as_an_unprivileged_host_uid(monkeypatch):
+    # bubblewrap maps the sandbox's uid 65534 to the caller's, so jobs were host root underneath: every
+    # root-owned file was theirs, to lease, to write where a mount was not read-only. Now 65534 is a host
+    # uid that owns nothing, seen from inside (/proc/self/uid_map) and from the host (the job's and the
+    # fork server's /proc/<pid>/status), with no supplementary group and only the capabilities they use.
+    monkeypatch.delenv(isolation.HOST_UID_ENV, raising=False)
+    host_uid = isolation.DEFAULT_HOST_UID
+    code = (
+        "import os, time\n"
+        "def solve(question, solver):\n"
+        "    maps = [open(f'/proc/self/{m}').read().split() for m in ('uid_map', 'gid_map')]\n"
+        "    open('mine', 'w').write('x')\n"
+        "    time.sleep(1.0)\n"  # While the host looks at it.
+        "    return repr((maps, os.getresuid(), os.getresgid(), os.getgroups(), os.stat('mine').st_uid))\n"
+    )
+    with SandboxPool(ALONE, EchoGenerator()) as p:
+        results = []
+        runner = threading.Thread(target=lambda: results.extend(p.run([Job(code, "q")])))
+        runner.start()
+        deadline, seen = time.monotonic() + 10, {}
+        while time.monotonic() < deadline and len(seen) < 2:  # The fork server and the job.
+            time.sleep(0.1)
+            seen = _sandbox_python(_processes_under(p.worker_pids[0]))
+        runner.join()
+    assert len(seen) == 2, seen
+    for pid, status in seen.items():
+        assert status["Uid"].split() == [str(host_uid)] * 4 and status["Gid"].split() == [str(host_uid)] * 4, status
+        assert status["Groups"] == "" and int(status["CapInh"], 16) == int(status["CapAmb"], 16) == 0, status
+        # The fork server keeps CAP_SYS_ADMIN (its jobs' tmpfs mounts), in its user namespace only; the job none.
+        assert int(status["CapBnd"], 16) == 1 << 21, status
+    assert sorted(int(s["CapEff"], 16) for s in seen.values()) == [0, 1 << 21]
+    (r,) = results
+    assert r.status == "ok", r
+    maps, uids, gids, groups, owner = eval(r.answer)
+    mapping = ["0", "0", "1", "65534", str(host_uid), "1"]  # Root is bubblewrap's, to mount; 65534 the job's.
+    assert maps == [mapping, mapping] and uids == gids == (65534,) * 3 and groups == [] and owner == 65534, r.answer
+
+
+@as_root
+def test_the_scorer_process_runs_as_the_unprivileged_host_uid(monkeypatch):
+    monkeypatch.delenv(isolation.HOST_UID_ENV, raising=False)
+    scorer = ScorerProcess(ALONE)
+    try:
+        scorer._start()
+        seen = _sandbox_python(_processes_under(scorer.pid))
+    finally:
+        scorer.close()
+    assert seen, "no scorer process found"
+    for status in seen.values():
+        assert status["Uid"].split() == [str(isolation.DEFAULT_HOST_UID)] * 4, status
+        assert int(status["CapEff"], 16) == int(status["CapPrm"], 16) == int(status["CapBnd"], 16) == 0, status
+
+
+def _root_owned_files() -> tuple[str, str, str]:
+    """A world-readable dir of root's outside /tmp (the sandbox's /tmp is its own), holding a 0644 file
+    and a 0600 one, for extra_ro_binds."""
+    if not os.path.isdir("/var/tmp"):
+        pytest.skip("no /var/tmp to hold a root-owned file outside the sandbox's /tmp")
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="hljax-uid-", dir="/var/tmp")
+    os.chmod(folder, 0o755)
+    for name, mode in (("public", 0o644), ("secret", 0o600)):
+        with open(os.path.join(folder, name), "w") as f:
+            f.write(name)
+        os.chmod(os.path.join(folder, name), mode)
+    return folder, os.path.join(folder, "public"), os.path.join(folder, "secret")
+
+
+@as_root
+def test_a_lease_on_a_root_owned_file_is_refused_for_ownership_without_the_seccomp_rule(monkeypatch):
+    # seccomp's F_SETLEASE rule is taken out of the jobs' filter here. The kernel grants a lease only to
+    # the file's owner (or CAP_LEASE, which no job holds): a job as the unprivileged host uid gets EACCES
+    # on a root-owned file, where the filter's refusal would be EPERM, and its own file's lease is granted
+    # (so the rule really is absent). The same pool with HLJAX_SANDBOX_HOST_UID=caller, jobs host root
+    # underneath, is granted the root-owned file's lease and reads the 0600 one: ownership made the difference.
+    folder, public, secret = _root_owned_files()
+    monkeypatch.delitem(seccomp._FCNTL_REFUSED, "F_SETLEASE")
+    code = f"""
+import errno, fcntl, os
+def attempt(call):
+    try:
+        call()
+        return 'ok'
+    except OSError as e:
+        return errno.errorcode[e.errno]
+def solve(question, solver):
+    open('mine', 'w').write('x')
+    public, mine = os.open({public!r}, os.O_RDONLY), os.open('mine', os.O_RDONLY)
+    out = [attempt(lambda: fcntl.fcntl(public, fcntl.F_SETLEASE, fcntl.F_RDLCK)),
+           attempt(lambda: fcntl.fcntl(public, fcntl.F_SETLEASE, fcntl.F_UNLCK)),
+           attempt(lambda: os.close(os.open({secret!r}, os.O_RDONLY))),
+           attempt(lambda: fcntl.fcntl(mine, fcntl.F_SETLEASE, fcntl.F_RDLCK))]
+    return ' '.join(out)
+"""
+    config = dataclasses.replace(ALONE, extra_ro_binds=(folder,))
+    try:
+        monkeypatch.delenv(isolation.HOST_UID_ENV, raising=False)
+        with SandboxPool(config, EchoGenerator()) as p:
+            (unprivileged,) = p.run([Job(code, "q")])
+        monkeypatch.setenv(isolation.HOST_UID_ENV, "caller")
+        with SandboxPool(config, EchoGenerator()) as p:
+            (as_root,) = p.run([Job(code, "q")])
+    finally:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+    assert unprivileged.answer == "EACCES EACCES EACCES ok", unprivileged
+    assert as_root.answer == "ok ok ok ok", as_root
+
+
+@as_root
+def test_an_unprivileged_uid_that_cannot_be_set_up_is_a_one_line_error_naming_the_way_back(monkeypatch, tmp_path):
+    # Never a silent fallback to host root: the pool does not start, and says how to choose root.
+    monkeypatch.delenv(isolation.HOST_UID_ENV, raising=False)
+    helper = isolation._USERNS_HELPER
+    refused = "import sys; sys.exit('unshare(CLONE_NEWUSER): Operation not permitted')"
+    monkeypatch.setattr(isolation, "_USERNS_HELPER", refused)
+    with pytest.raises(isolation.SandboxUnavailable) as e:
+        SandboxPool(ALONE, EchoGenerator())
+    message = str(e.value)
+    assert "\n" not in message and "Operation not permitted" in message and "HLJAX_SANDBOX_HOST_UID=caller" in message
+    monkeypatch.setattr(isolation, "_USERNS_HELPER", helper)
+    # A bound path the unprivileged uid could not read: refused before bubblewrap starts, by name.
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    with pytest.raises(isolation.SandboxUnavailable, match=f"{private} .* not readable by other users"):
+        SandboxPool(dataclasses.replace(ALONE, extra_ro_binds=(str(private),)), EchoGenerator())
+    monkeypatch.setenv(isolation.HOST_UID_ENV, "-5")
+    with pytest.raises(isolation.SandboxUnavailable, match="HLJAX_SANDBOX_HOST_UID"):
+        SandboxPool(ALONE, EchoGenerator())
