@@ -5,7 +5,8 @@ Layers, outermost first:
    solver/tool broker with per-job budgets and counts. References never reach a harness. Answers
    are scored in the scorer process (`sandbox.scoring`, another sandbox), never here, unless the
    caller passes a plain callable scorer (tests comparing text).
-2. fork servers (`sandbox.worker`), each a long-lived process under bubblewrap (`isolation.py`).
+2. fork servers (`sandbox.worker`), each a long-lived process under bubblewrap (`isolation.py`), started
+   and replaced in the background by `sandbox.fork_servers`.
 3. one forked child per job, confined by rlimits and a seccomp filter (`jail.py`) before it runs
    the harness (`runner.py`).
 Each job child talks to this supervisor over its own four pipes (requests, replies, stdout,
@@ -23,16 +24,14 @@ import logging
 import math
 import os
 import selectors
-import socket
-import subprocess
-import tempfile
 import time
 from typing import Sequence
 
 from hljax.generate.types import Generator
-from sandbox import isolation, pids, protocol
+from sandbox import protocol
 from sandbox.broker import Broker, Budget, CallRefused, make_call, prompts_charged
 from sandbox.config import SandboxConfig, SolverConfig
+from sandbox.fork_servers import ForkServer, ForkServers
 from sandbox.job_run import JobRun
 from sandbox.results import IsolatedScorer, Job, JobResult, Scorer
 from sandbox.scoring import ScorerProcess
@@ -48,47 +47,9 @@ _READ_CHUNK = 1 << 20
 _MESSAGES_PER_PASS = 32
 _MESSAGE_BYTES_PER_PASS = 256 << 10
 _MAX_REFUSAL_CHARS = 1000  # A tool's exception may quote its (job-chosen) arguments.
-# A fork server that could not be started is tried again after 0.5 s, 1 s, 2 s, ... up to 30 s.
-_RETRY_FIRST_S = 0.5
-_RETRY_MAX_S = 30.0
 # How many times a job is run again from the start because its fork server died under it through no
 # fault of its own (a neighbour's, or the machine's); past that, it is an infra_error.
 _MAX_RERUNS = 2
-
-
-class _Worker:
-    """One fork server process and the control channel to it; `ready` once it said so."""
-
-    def __init__(self, index: int, proc: subprocess.Popen, control: socket.socket, log_file,
-                 cgroup: pids.PidsCgroup | None, start_deadline: float):  # fmt: skip
-        self.index = index
-        self.proc = proc
-        self.control = control
-        self.log_file = log_file  # The fork server's own stderr, for the reason when it dies.
-        self.cgroup = cgroup  # Caps the tasks of the fork server and of each of its jobs (sandbox/pids.py).
-        self.runs: set[int] = set()  # Keys of the job runs it holds now.
-        self.ready = False
-        self.start_deadline = start_deadline
-
-    def log_tail(self, n: int = 2000) -> str:
-        self.log_file.seek(0)
-        return self.log_file.read().decode("utf-8", "replace")[-n:].strip()
-
-    def kill(self) -> None:
-        """SIGKILL bubblewrap (or the bare server): its pid namespace, and every job in it, go with it."""
-        self.proc.kill()
-        self.proc.wait()
-
-    def stop(self, cgroup_wait_s: float) -> bool:
-        """Close up after the process ended or was asked to (closing the control channel does); False
-        if its cgroup is still busy after `cgroup_wait_s` (remove it later)."""
-        self.control.close()
-        try:
-            self.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            self.kill()
-        self.log_file.close()
-        return self.cgroup is None or self.cgroup.remove(wait_s=cgroup_wait_s)
 
 
 class SandboxPool:
@@ -110,158 +71,27 @@ class SandboxPool:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
         self._broker = Broker(generator, solver, self._wake_w)
-        self._tmp = tempfile.TemporaryDirectory(prefix="hljax-sandbox-") if config.isolation == "rlimits_only" else None
         self._next_key = 0
         self._runs: dict[int, JobRun] = {}
-        self._workers: list[_Worker | None] = [None] * config.workers
-        self._retry_at = [math.inf] * config.workers  # When to start a slot that has no fork server.
-        self._failed_starts = [0] * config.workers  # Consecutive failed starts, for the backoff.
-        self._last_failure = ""  # Why the last start failed, for jobs that find no fork server at all.
-        self._down_since: float | None = None  # Since when no fork server is ready.
-        self._stale_cgroups: list[pids.PidsCgroup] = []  # Of dead fork servers, still busy when they died.
+        self._servers = ForkServers(config, self._selector)
+        self._workers = self._servers.slots  # The same list: a slot's fork server, or None while it starts.
         self._queued: collections.deque | None = None  # The running run()'s queue, for jobs run again.
         self._reruns: dict[int, int] = {}  # Job index -> times run again, in the running run().
         self._run_started = 0.0
         self._scorer = ScorerProcess(config)  # Started by the first run with an IsolatedScorer.
         self._closed = False
         try:
-            for worker in self._start_workers(range(config.workers)):
-                self._workers[worker.index] = worker
+            self._servers.start_all()
         except BaseException:
             self.close()
             raise
 
     # ----- lifecycle -------------------------------------------------------------------------
 
-    def _launch(self, index: int) -> _Worker:
-        """Start fork server `index`; it is not ready until it says so on its control channel."""
-        config = self.config
-        job_uid = isolation.job_host_uid(config)  # First: it refuses a malformed $HLJAX_SANDBOX_HOST_UID.
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        cgroup = pids.PidsCgroup.create(config.max_tasks, f"w{index}", config.slots_per_worker, config.job_tasks)
-        pids.check(cgroup, config.max_tasks, job_uid)
-        slot_fds = tuple(cgroup.open_slots()) if cgroup is not None else ()
-        spec = None
-        try:
-            if config.isolation == "bwrap":
-                spec = isolation.bwrap_launch(config, theirs.fileno(), slot_fds)
-            else:
-                tmp_root = os.path.join(self._tmp.name, str(index))
-                spec = isolation.bare_launch(config, theirs.fileno(), tmp_root, slot_fds)
-            log_file = tempfile.TemporaryFile()
-            argv = cgroup.wrap(spec.argv) if cgroup is not None else spec.argv
-            proc = subprocess.Popen(
-                argv, env=spec.env, pass_fds=(theirs.fileno(), *slot_fds, *spec.fds), stdin=subprocess.DEVNULL,
-                stdout=log_file, stderr=log_file, start_new_session=True,
-            )  # fmt: skip
-        except BaseException:
-            ours.close()
-            if cgroup is not None:
-                cgroup.remove(wait_s=0)
-            raise
-        finally:
-            theirs.close()
-            for fd in slot_fds + (spec.fds if spec is not None else ()):
-                os.close(fd)
-        return _Worker(index, proc, ours, log_file, cgroup, time.monotonic() + config.start_timeout_s)
-
-    def _start_workers(self, indices) -> list[_Worker]:
-        """Launch fork servers in parallel and wait for each to report ready (the pool's first start)."""
-        workers = []
-        try:
-            for i in indices:
-                workers.append(self._launch(i))
-        except BaseException:
-            for x in workers:
-                x.kill()
-                x.stop(cgroup_wait_s=2.0)
-            raise
-        for w in workers:
-            w.control.settimeout(max(0.01, w.start_deadline - time.monotonic()))
-            try:
-                packet, _ = protocol.recv_control(w.control)
-            except (TimeoutError, OSError, protocol.ProtocolError) as e:
-                packet = None
-                log.error("sandbox worker %d did not start: %s", w.index, e)
-            if packet is None or packet.kind != protocol.READY:
-                tail = w.log_tail()
-                for x in workers:
-                    x.kill()
-                    x.stop(cgroup_wait_s=2.0)
-                raise isolation.SandboxUnavailable(f"sandbox worker failed to start: {tail or 'no output'}")
-        for w in workers:
-            w.control.setblocking(False)
-            w.ready = True
-            self._selector.register(w.control, selectors.EVENT_READ, ("control", w))
-        return workers
-
-    def _begin_start(self, index: int) -> None:
-        """Start a replacement for slot `index` without waiting for it: `_on_control` sees it ready."""
-        self._retry_at[index] = math.inf
-        try:
-            worker = self._launch(index)
-        except (isolation.SandboxUnavailable, OSError) as e:
-            self._start_failed(index, f"{type(e).__name__}: {e}")
-            return
-        worker.control.setblocking(False)
-        self._workers[index] = worker
-        self._selector.register(worker.control, selectors.EVENT_READ, ("control", worker))
-
-    def _on_ready(self, worker: _Worker) -> None:
-        worker.ready = True
-        if self._failed_starts[worker.index]:
-            log.warning("sandbox worker %d is back after %d failed start(s); %d of %d fork servers running",
-                        worker.index, self._failed_starts[worker.index], self.capacity, self.config.workers)
-        self._failed_starts[worker.index] = 0
-
-    def _abandon_start(self, worker: _Worker, why: str) -> None:
-        """A replacement that died or never said ready: kill it and try again later."""
-        self._selector.unregister(worker.control)
-        worker.kill()
-        tail = worker.log_tail()
-        self._retire(worker)
-        self._start_failed(worker.index, why + (f"; its log: {tail[-300:]}" if tail else ""))
-
-    def _start_failed(self, index: int, why: str) -> None:
-        """Schedule the next try of slot `index` and say so, in one line."""
-        self._failed_starts[index] += 1
-        tries = self._failed_starts[index]
-        delay = min(_RETRY_FIRST_S * 2 ** (tries - 1), _RETRY_MAX_S)
-        self._retry_at[index] = time.monotonic() + delay
-        self._last_failure = why
-        log.warning("sandbox worker %d could not be started (try %d: %s); next try in %.1f s; %d of %d fork "
-                    "servers running", index, tries, why, delay, self.capacity, self.config.workers)
-
-    def _retire(self, worker: _Worker) -> None:
-        """Close up a killed fork server; its cgroup goes later if its last tasks are still leaving."""
-        if not worker.stop(cgroup_wait_s=0):
-            self._stale_cgroups.append(worker.cgroup)
-        if self._workers[worker.index] is worker:
-            self._workers[worker.index] = None
-
-    def _tend_workers(self, now: float) -> None:
-        """Start what is due, give up on starts past their deadline, remove cgroups freed since."""
-        for i, worker in enumerate(self._workers):
-            if worker is None and now >= self._retry_at[i] and not self._closed:
-                self._begin_start(i)
-            elif worker is not None and not worker.ready and now > worker.start_deadline:
-                self._abandon_start(worker, f"it did not report ready within {self.config.start_timeout_s:g}s")
-        self._stale_cgroups = [g for g in self._stale_cgroups if not g.remove(wait_s=0)]
-        if self.capacity:
-            self._down_since = None
-        elif self._down_since is None:
-            self._down_since = now
-
-    def _next_worker_event(self, now: float) -> float:
-        """Seconds until `_tend_workers` has something to do."""
-        times = [t for t, w in zip(self._retry_at, self._workers) if w is None]
-        times += [w.start_deadline for w in self._workers if w is not None and not w.ready]
-        return max(0.0, min(times, default=math.inf) - now)
-
     @property
     def capacity(self) -> int:
         """Fork servers ready to take jobs."""
-        return sum(1 for w in self._workers if w is not None and w.ready)
+        return self._servers.capacity
 
     def await_capacity(self, timeout_s: float) -> bool:
         """Wait until every fork server is ready (a replacement started in the background), at most
@@ -269,10 +99,10 @@ class SandboxPool:
         deadline = time.monotonic() + timeout_s
         while self.capacity < self.config.workers and not self._closed:
             now = time.monotonic()
-            self._tend_workers(now)
+            self._servers.tend(now)
             if now >= deadline:
                 break
-            wait = min(deadline - now, self._next_worker_event(now), 1.0)
+            wait = min(deadline - now, self._servers.next_event(now), 1.0)
             self._select([], wait)
         return self.capacity == self.config.workers
 
@@ -281,21 +111,12 @@ class SandboxPool:
         if self._closed:
             return
         self._closed = True
-        for w in self._workers:
-            if w is not None:
-                self._selector.unregister(w.control)
-                if not w.ready:
-                    w.kill()
-                w.stop(cgroup_wait_s=2.0)
-        for group in self._stale_cgroups:
-            group.remove(wait_s=2.0)
+        self._servers.close()
         self._broker.close()
         self._scorer.shutdown()
         self._selector.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
-        if self._tmp is not None:
-            self._tmp.cleanup()
 
     def __enter__(self) -> SandboxPool:
         return self
@@ -331,7 +152,7 @@ class SandboxPool:
         calls = []  # Calls waiting for the broker.
         try:
             while queued or self._runs:
-                self._tend_workers(time.monotonic())
+                self._servers.tend(time.monotonic())
                 self._fill_slots(jobs, queued, results)
                 handled = self._select(calls)
                 for run in list(self._runs.values()):  # Messages left over from earlier passes.
@@ -362,10 +183,11 @@ class SandboxPool:
         if not self.capacity:
             # Counted from this run's start at the earliest: a replacement may have become ready between
             # runs, its READY not read yet.
-            since = max(self._down_since, self._run_started) if self._down_since is not None else math.inf
+            down_since = self._servers.down_since
+            since = max(down_since, self._run_started) if down_since is not None else math.inf
             down_s = max(0.0, time.monotonic() - since)
             if queued and down_s > self.config.start_timeout_s:
-                reason = f"no sandbox worker has been running for {down_s:.0f}s: {self._last_failure}"
+                reason = f"no sandbox worker has been running for {down_s:.0f}s: {self._servers.last_failure}"
                 while queued:
                     i = queued.popleft()
                     results[i] = JobResult(jobs[i].tag, "infra_error", None, None, reason=reason)
@@ -376,7 +198,7 @@ class SandboxPool:
                    and len(w.runs) < self.config.slots_per_worker):  # fmt: skip
                 self._spawn(w, queued.popleft(), jobs)
 
-    def _spawn(self, worker: _Worker, index: int, jobs: Sequence[Job]) -> None:
+    def _spawn(self, worker: ForkServer, index: int, jobs: Sequence[Job]) -> None:
         key, self._next_key = self._next_key, self._next_key + 1
         to_job_r, to_job_w = os.pipe2(os.O_CLOEXEC)
         from_job_r, from_job_w = os.pipe2(os.O_CLOEXEC)
@@ -433,7 +255,7 @@ class SandboxPool:
 
     def _select_timeout(self, calls: list) -> float:
         now = time.monotonic()
-        waits = [1.0, self._next_worker_event(now)]
+        waits = [1.0, self._servers.next_event(now)]
         for run in self._runs.values():
             if self._has_backlog(run):
                 return 0.0
@@ -463,7 +285,7 @@ class SandboxPool:
                 self._kill(run)
             self._watch_writes(run)
 
-    def _on_control(self, worker: _Worker) -> None:
+    def _on_control(self, worker: ForkServer) -> None:
         while self._workers[worker.index] is worker:
             try:
                 packet, _ = protocol.recv_control(worker.control)
@@ -477,9 +299,9 @@ class SandboxPool:
                 return
             if not worker.ready:
                 if packet.kind != protocol.READY:
-                    self._abandon_start(worker, f"it sent {packet.kind!r} before it was ready")
+                    self._servers.abandon_start(worker, f"it sent {packet.kind!r} before it was ready")
                     return
-                self._on_ready(worker)
+                self._servers.on_ready(worker)
                 continue
             run = self._runs.get(packet.job)
             if run is None or run.worker is not worker:
@@ -490,11 +312,11 @@ class SandboxPool:
                 self._end(run, None, 0)
                 self._rerun(run, f"fork failed in the sandbox worker: {os.strerror(packet.a)}")
 
-    def _worker_lost(self, worker: _Worker, why: str) -> None:
+    def _worker_lost(self, worker: ForkServer, why: str) -> None:
         if worker.ready:
             self._replace_worker(worker, why)
         else:
-            self._abandon_start(worker, why)
+            self._servers.abandon_start(worker, why)
 
     def _on_messages(self, run: JobRun, calls: list) -> None:
         """Handle at most one pass's worth of the job's messages, checking its deadline between them."""
@@ -637,7 +459,7 @@ class SandboxPool:
             self._broker.submit([c for c, _ in live])
             calls.clear()
 
-    def _replace_worker(self, worker: _Worker, why: str, culprit: JobRun | None = None) -> None:
+    def _replace_worker(self, worker: ForkServer, why: str, culprit: JobRun | None = None) -> None:
         """Kill a fork server and start its replacement in the background. Of the jobs it held, those
         that finished keep their results, those being killed (`culprit`, the one that would not die,
         among them) keep the fault they were killed for, and the others, innocent, run again (`_rerun`)."""
@@ -658,9 +480,9 @@ class SandboxPool:
             if not (run.kill_sent or run.result is not None):
                 self._rerun(run, reason)
         worker.runs.clear()
-        self._retire(worker)
+        self._servers.retire(worker)
         if not self._closed:
-            self._begin_start(worker.index)
+            self._servers.begin_start(worker.index)
 
     def _rerun(self, run: JobRun, reason: str) -> None:
         """A job lost through no fault of its own: queue it again from the start, at most `_MAX_RERUNS`

@@ -51,24 +51,9 @@ IMPORTER = (
 )
 
 
-def _open_stalls(path: str, stop: threading.Event, out: list) -> None:
-    """The trusted side's view: open `path` every 20 ms, keep the longest wait."""
-    while not stop.wait(0.02):
-        start = time.monotonic()
-        with open(path, "rb"):
-            pass
-        out[0] = max(out[0], time.monotonic() - start)
-
-
-@pytest.mark.skipif(platform.machine() != "x86_64", reason="raw syscall numbers are x86_64's")
-def test_a_job_can_neither_lease_a_file_nor_make_the_kernel_signal_or_block_others(pool):
-    # When jobs were host root underneath, a write lease on a root-owned file of the read-only binds made
-    # every other open() of it, the supervisor's and a fresh host python's included, wait 10 s for the
-    # job's death. They now run as an unprivileged host uid (item 8), which the kernel refuses a lease on
-    # a file it does not own; the filter refuses it first, for HLJAX_SANDBOX_HOST_UID=caller and bare
-    # pools. The raw syscalls set the upper half of the 32-bit command, which the filter once compared too.
-    require_contained(pool)
-    body = f"""
+# Guarded (`guarded(LEASE_BODY)`): every lease, fcntl and ioctl path to block or signal others, each
+# call's errno in the answer, held for 1 s while the normal jobs import LEASED. Also bench/sandbox_attacks.py.
+LEASE_BODY = f"""
     import ctypes, errno, fcntl, signal, time
     signal.signal(signal.SIGIO, signal.SIG_IGN)  # A lease break would otherwise end the job.
     libc = ctypes.CDLL(None, use_errno=True)
@@ -100,6 +85,26 @@ def test_a_job_can_neither_lease_a_file_nor_make_the_kernel_signal_or_block_othe
     time.sleep(1.0)  # Holding whatever it got while the normal jobs import the module.
     return ' '.join(out)
 """
+
+
+def _open_stalls(path: str, stop: threading.Event, out: list) -> None:
+    """The trusted side's view: open `path` every 20 ms, keep the longest wait."""
+    while not stop.wait(0.02):
+        start = time.monotonic()
+        with open(path, "rb"):
+            pass
+        out[0] = max(out[0], time.monotonic() - start)
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="raw syscall numbers are x86_64's")
+def test_a_job_can_neither_lease_a_file_nor_make_the_kernel_signal_or_block_others(pool):
+    # When jobs were host root underneath, a write lease on a root-owned file of the read-only binds made
+    # every other open() of it, the supervisor's and a fresh host python's included, wait 10 s for the
+    # job's death. They now run as an unprivileged host uid (item 8), which the kernel refuses a lease on
+    # a file it does not own; the filter refuses it first, for HLJAX_SANDBOX_HOST_UID=caller and bare
+    # pools. The raw syscalls set the upper half of the 32-bit command, which the filter once compared too.
+    require_contained(pool)
+    body = LEASE_BODY
     stop, stall = threading.Event(), [0.0]
     watcher = threading.Thread(target=_open_stalls, args=(LEASED, stop, stall))
     watcher.start()
