@@ -113,7 +113,8 @@ def sglang_jax_batch(path, dtype, prompts, G, new, max_batch):
     from hljax.generate.sglang_jax import ManagedSGLangJax
 
     L = len(prompts[0])
-    server = ManagedSGLangJax(path, None, max_batch=max_batch, max_seq_len=L + new,
+    # sglang-jax refuses prompt + new == context length ("exceeds ... of 576 tokens ... a total of 576").
+    server = ManagedSGLangJax(path, None, max_batch=max_batch, max_seq_len=L + new + 1,
                               pool_tokens=len(prompts) * G * (L + new), dtype=dtype,
                               extra_args=("--skip-tokenizer-init",), log_path=os.path.join(path, "sglang-jax.log"))
     try:

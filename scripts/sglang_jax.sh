@@ -57,10 +57,12 @@ serve() {
   view="$("$HLJAX_VENV/bin/python" -m hljax.generate.sglang_jax view "$model")" || exit 1
   # Small KV pool: sglang-jax's native attention reads the whole pool every step on CPU. No radix cache
   # and no warm-up: log-probs with a prefix-cache hit, or a batch that mixes requests with and without
-  # them, crash its scheduler (see SERVE_FLAGS in hljax/generate/sglang_jax.py).
+  # them, crash its scheduler (see SERVE_FLAGS in hljax/generate/sglang_jax.py, the one list of the flags).
+  local flags
+  flags="$("$HLJAX_VENV/bin/python" -m hljax.generate.sglang_jax flags)" || exit 1
+  # shellcheck disable=SC2086 # $flags is a list of plain words (REQUIRED_FLAGS in hljax/generate/sglang_jax.py).
   JAX_PLATFORMS=cpu run exec "$VENV/bin/python" -m sgl_jax.launch_server --model-path "$view" --device cpu \
-    --dtype float32 --context-length 1024 --max-total-tokens 4096 --max-running-requests 8 --page-size 1 \
-    --disable-overlap-schedule --enable-deterministic-sampling --disable-radix-cache --skip-server-warmup "$@"
+    --dtype float32 --context-length 1024 --max-total-tokens 4096 --max-running-requests 8 $flags "$@"
 }
 
 case "${1:-}" in

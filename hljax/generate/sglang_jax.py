@@ -41,6 +41,9 @@ READY_S = 600.0  # Start-up compiles its programs: 33-53 s on 2 idle CPU cores, 
 # 50 + 100 + 150 + 160 entries, whatever --stream-interval says): the client keeps the last entries, whose
 # token ids it checks against the reply's.
 SERVE_FLAGS = ("--disable-radix-cache", "--skip-server-warmup")
+# Every server hljax starts or `scripts/sglang_jax.sh serve` starts has these (seeded sampling, copy_seed
+# per row, is honoured only with --enable-deterministic-sampling).
+REQUIRED_FLAGS = ("--page-size", "1", "--disable-overlap-schedule", "--enable-deterministic-sampling", *SERVE_FLAGS)
 
 
 # A request asking log-probs with nothing else goes down sglang-jax's "output log-probs only" path
@@ -135,9 +138,7 @@ class ManagedSGLangJax:
         self.log_path = log_path or os.path.join("/tmp", f"hljax-sglang-jax-{os.getpid()}.log")
         self._args = ["--device", "cpu", "--dtype", dtype, "--context-length", str(max_seq_len),
                       "--max-total-tokens", str(max(pool_tokens, max_seq_len)), "--max-running-requests",
-                      str(max_batch), "--page-size", "1", "--disable-overlap-schedule",
-                      # Seeded sampling (copy_seed per row) is honoured only with this flag.
-                      "--enable-deterministic-sampling", *SERVE_FLAGS, *extra_args]
+                      str(max_batch), *REQUIRED_FLAGS, *extra_args]
         # One prompt copy per request: batched requests come back with log-probs of other rows' tokens
         # in GRPO rollouts (SERVE_FLAGS); the server still batches the concurrent requests itself.
         self._client_config = dataclasses.replace(client, batch_size=1, concurrency=max(client.concurrency, max_batch))
@@ -251,11 +252,14 @@ def _tail(path: str, lines: int = 3) -> str:
 
 
 
-if __name__ == "__main__":  # scripts/sglang_jax.sh serve: the folder to give --model-path.
+if __name__ == "__main__":  # scripts/sglang_jax.sh serve: the folder to give --model-path, and the flags.
     import sys
 
+    if sys.argv[1:] == ["flags"]:  # One list of the flags the server needs, for this module and the script.
+        print(" ".join(REQUIRED_FLAGS))
+        sys.exit(0)
     if len(sys.argv) != 3 or sys.argv[1] != "view":
-        sys.exit("usage: python -m hljax.generate.sglang_jax view HF_FOLDER")
+        sys.exit("usage: python -m hljax.generate.sglang_jax view HF_FOLDER | flags")
     try:
         print(served_view(sys.argv[2], os.path.join(tempfile.gettempdir(), "hljax-sglang-jax-views")))
     except SGLangJaxUnavailable as e:
