@@ -296,14 +296,6 @@ def mem_available() -> int:
     return 0
 
 
-def _open_stalls(path: str, stop: threading.Event, out: list) -> None:
-    while not stop.wait(0.02):
-        start = time.monotonic()
-        with open(path, "rb"):
-            pass
-        out[0] = max(out[0], time.monotonic() - start)
-
-
 def run_row(pool: SandboxPool, attack: Attack, n_normals: int) -> dict:
     normals = [Job(attack.normal, f"n{i}", reference=attack.reference(f"n{i}"), tag=f"n{i}", tools=attack.tools)
                for i in range(n_normals)]
@@ -311,7 +303,7 @@ def run_row(pool: SandboxPool, attack: Attack, n_normals: int) -> dict:
     servers = pool.worker_pids
     avail0 = mem_available()
     stop, open_stall = threading.Event(), [0.0]
-    watcher = threading.Thread(target=_open_stalls, args=(attack.watch, stop, open_stall)) if attack.watch else None
+    watcher = threading.Thread(target=n36._open_stalls, args=(attack.watch, stop, open_stall)) if attack.watch else None
     killer = None
     if attack.kill_server:
         killer = threading.Timer(0.5, lambda: os.kill(pool.worker_pids[0], signal.SIGKILL))

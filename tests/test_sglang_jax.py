@@ -11,7 +11,6 @@ import sys
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 import transformers
 
 from hljax import sharding as shd
@@ -21,6 +20,7 @@ from hljax.generate.client import SGLangGenerator
 from hljax.generate.types import SamplingParams
 from hljax.preflight import PreflightError, check_weight_updates
 from hljax.rl.logprobs import Sequences, sequence_logprobs
+from tests import tiny
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -57,22 +57,11 @@ def server(folders, tmp_path_factory):
     managed.stop()
 
 
-def _hf_greedy(folder: str, prompts: list[str], n: int) -> list[list[int]]:
-    tok = transformers.AutoTokenizer.from_pretrained(folder)
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    out = []
-    for p in prompts:
-        ids = tok(p, return_tensors="pt").input_ids
-        gen = model.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
-        out.append(gen[0, ids.shape[1]:].tolist())
-    return out
-
-
 GREEDY = SamplingParams(max_new_tokens=12, temperature=0.0, ignore_eos=True)
 
 
 def test_greedy_tokens_equal_transformers(server, folders):
-    want = _hf_greedy(folders[0], PROMPTS, 12)
+    want = tiny.hf_greedy_texts(folders[0], PROMPTS, 12)
     got = server.generate(PROMPTS, GREEDY)
     assert [list(r[0].token_ids) for r in got] == want
     ids = [server.tokenizer(p).input_ids for p in PROMPTS]
@@ -112,7 +101,7 @@ def test_stop_strings_and_chat(server, folders):
     (chat,) = server.chat([messages], GREEDY)
     rendered = server.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                                     enable_thinking=False)  # chat()'s default.
-    assert list(chat[0].token_ids) == _hf_greedy(folders[0], [rendered], 12)[0]
+    assert list(chat[0].token_ids) == tiny.hf_greedy_texts(folders[0], [rendered], 12)[0]
 
 
 def test_seeded_samples_reproduce(server):
@@ -143,7 +132,7 @@ def test_sandbox_solver_is_sglang_jax(server, folders):
         results = pool.run([Job(code, p) for p in PROMPTS])
     assert [r.status for r in results] == ["ok", "ok"]
     tok = server.tokenizer
-    want = [tok.decode(ids) for ids in _hf_greedy(folders[0], PROMPTS, 8)]
+    want = [tok.decode(ids) for ids in tiny.hf_greedy_texts(folders[0], PROMPTS, 8)]
     # EOS may end a greedy reply early on sglang-jax (no ignore_eos here): compare the common prefix.
     assert all(w.startswith(r.answer) and r.answer for r, w in zip(results, want)), ([r.answer for r in results], want)
 
@@ -154,7 +143,7 @@ def test_a_restart_serves_the_new_weights(server, folders):
     before = server.generate(PROMPTS, GREEDY)
     server.update_weights_from_disk(folders[1], weight_version="7")
     after = server.generate(PROMPTS, GREEDY)
-    assert [list(r[0].token_ids) for r in after] == _hf_greedy(folders[1], PROMPTS, 12)
+    assert [list(r[0].token_ids) for r in after] == tiny.hf_greedy_texts(folders[1], PROMPTS, 12)
     assert [list(r[0].token_ids) for r in after] != [list(r[0].token_ids) for r in before]
     assert {r[0].weight_version for r in after} == {"7"}
     server.update_weights_from_disk(folders[0], weight_version="8")  # Back, for tests that run after.

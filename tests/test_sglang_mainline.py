@@ -20,7 +20,6 @@ import socket
 import subprocess
 
 import pytest
-import torch
 import transformers
 
 from hljax import sharding as shd
@@ -32,6 +31,7 @@ from hljax.models import registry
 from hljax.models.config import ModelConfig
 from hljax.preflight import check_weight_updates
 from hljax.rl.run_config import WRITER
+from tests import tiny
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "sglang_mainline.sh")
@@ -62,17 +62,6 @@ def _export(model, sync_dir: str) -> str:
     return hf.save_hf(model, sync_dir, dtype="float32", source_dir=presets.TOKENIZER_DIR, writer=WRITER, replace=True)
 
 
-def _hf_greedy(folder: str, prompts: list[str], n: int = 12) -> list[list[int]]:
-    tok = transformers.AutoTokenizer.from_pretrained(folder)
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    out = []
-    for p in prompts:
-        ids = tok(p, return_tensors="pt").input_ids
-        gen = model.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
-        out.append(gen[0, ids.shape[1]:].tolist())
-    return out
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -97,7 +86,7 @@ def sync_dir(models, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def want_a(sync_dir):
-    return _hf_greedy(sync_dir, PROMPTS)
+    return tiny.hf_greedy_texts(sync_dir, PROMPTS)
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +165,7 @@ def test_a_weight_push_serves_the_new_weights(server, models, sync_dir, want_a):
     greedy tokens equal transformers' on the folder pushed, and the weight version moved."""
     before = server.model_info()["weight_version"]
     _export(models["B"], sync_dir)
-    want_b = _hf_greedy(sync_dir, PROMPTS)
+    want_b = tiny.hf_greedy_texts(sync_dir, PROMPTS)
     assert want_b != want_a  # The two weight sets decode differently, so the check below can fail.
     server.update_weights_from_disk(sync_dir, weight_version="1")
     info = server.model_info()

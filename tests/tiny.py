@@ -102,3 +102,16 @@ def hf_logits(model, tokens, mask, positions) -> np.ndarray:
             position_ids=torch.from_numpy(positions),
         )
     return out.logits.float().numpy()
+
+
+def hf_greedy_texts(folder: str, prompts: list[str], n: int = 12) -> list[list[int]]:
+    """transformers' greedy continuation ids of each text prompt (tokenized by the folder's tokenizer),
+    EOS ignored: the reference the real-server tests compare against."""
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    out = []
+    for p in prompts:
+        ids = tok(p, return_tensors="pt").input_ids
+        gen = model.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
+        out.append(gen[0, ids.shape[1]:].tolist())
+    return out
