@@ -13,16 +13,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from typing import Sequence
 
 import jax
 from flax import nnx
 
 from hljax import sharding as shd
-from hljax.generate.engine import Engine
-from hljax.generate.local import LocalGenerator, expand, load_engine_weights
+from hljax.generate.engine import Output, Request
+from hljax.generate.local import LocalGenerator
 from hljax.generate.server import BatchRunner
-from hljax.generate.types import Completion, Message, SamplingParams, render_chat
 from hljax.models import registry
 from hljax.models.config import ModelConfig
 
@@ -74,49 +72,20 @@ def _layout(cfg: ModelConfig, mesh: jax.sharding.Mesh):
     return graphdef, flat, [shardings[p].get_value() for p, _ in flat]
 
 
-class ColocatedGenerator:
-    """Generator over an in-process `Engine` whose callers share one continuous batch; a
-    `TrainableGenerator` that also takes weights in memory (`update_weights_from_model`)."""
+class ColocatedGenerator(LocalGenerator):
+    """`LocalGenerator` whose callers share one continuous batch; a `TrainableGenerator` that also
+    takes weights in memory (`update_weights_from_model`)."""
 
     def __init__(self, local: LocalGenerator):
-        self.local = local
-        self.engine: Engine = local.engine
-        self.tokenizer = local.tokenizer
-        self.runner = BatchRunner(local)
+        super().__init__(local.engine, local.tokenizer)
+        self.runner = BatchRunner(self)
 
-    @property
-    def weight_version(self) -> str:
-        return self.engine.weight_version
-
-    def generate(self, prompts: Sequence[str], sampling: SamplingParams, *, n: int = 1,
-                 return_logprobs: bool = False) -> list[list[Completion]]:
-        return self.generate_ids([self.tokenizer.encode(p) for p in prompts], sampling, n=n,
-                                 return_logprobs=return_logprobs)
-
-    def generate_ids(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams, *, n: int = 1,
-                     return_logprobs: bool = False) -> list[list[Completion]]:
-        outputs = self.runner.submit(expand(prompt_ids, sampling, n))
-        version = self.engine.weight_version  # Syncs happen between a step's collections, never during one.
-        done = [Completion(text=o.text, token_ids=tuple(o.token_ids),
-                           logprobs=tuple(o.logprobs) if return_logprobs else None, finish_reason=o.finish_reason,
-                           prompt_tokens=len(prompt_ids[i // n]), weight_version=version)
-                for i, o in enumerate(outputs)]
-        return [done[i * n: (i + 1) * n] for i in range(len(prompt_ids))]
-
-    def chat(self, conversations: Sequence[Sequence[Message]], sampling: SamplingParams, *, n: int = 1,
-             return_logprobs: bool = False, enable_thinking: bool = False) -> list[list[Completion]]:
-        prompts = [render_chat(self.tokenizer, c, enable_thinking) for c in conversations]
-        return self.generate(prompts, sampling, n=n, return_logprobs=return_logprobs)
+    def _decode(self, requests: list[Request]) -> list[Output]:
+        return self.runner.submit(requests)
 
     def update_weights_from_model(self, model: registry.Model, weight_version: str | None = None) -> None:
         """Serve `model`'s current weights from the next batch on (a batch in flight keeps its own)."""
         self.engine.set_model(served_copy(model, self.engine.model_config, self.engine.mesh), weight_version)
-
-    def update_weights_from_disk(self, path: str, weight_version: str | None = None) -> None:
-        load_engine_weights(self.engine, path, weight_version)
-
-    def servers_without_weight_updates(self) -> list[str]:
-        return []
 
     def stop(self) -> None:
         self.runner.stop()

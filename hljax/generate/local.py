@@ -73,10 +73,15 @@ class LocalGenerator:
         self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams, *, n: int = 1,
         return_logprobs: bool = False,
     ) -> list[list[Completion]]:
-        outputs = self.engine.generate(expand(prompt_ids, sampling, n))
+        outputs = self._decode(expand(prompt_ids, sampling, n))
         version = self.engine.weight_version
         done = [_completion(o, len(prompt_ids[i // n]), version, return_logprobs) for i, o in enumerate(outputs)]
         return [done[i * n : (i + 1) * n] for i in range(len(prompt_ids))]
+
+    def _decode(self, requests: list[Request]) -> list[Output]:
+        """The requests' outputs, in order: one batch of the engine's per call (ColocatedGenerator:
+        one batch shared by every caller)."""
+        return self.engine.generate(requests)
 
     def chat(
         self,
