@@ -176,6 +176,33 @@ class _ClosedLoopNoise(logging.Filter):
 _CLOSED_LOOP_NOISE = _ClosedLoopNoise()
 
 
+def _from_orbax(exc: BaseException | None) -> bool:
+    """Whether `exc`, or an error it was raised from, passed through orbax's code."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        tb = exc.__traceback__
+        while tb is not None:
+            if f"{os.sep}orbax{os.sep}" in tb.tb_frame.f_code.co_filename:
+                return True
+            tb = tb.tb_next
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class _UnretrievedReadNoise(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" for orbax's abandoned reads: when one read of
+    a damaged step fails, the others fail too, and each task's error prints, with pages of TensorStore
+    spec, when the task is garbage collected (at any time later). The damage is reported once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (str(record.msg).startswith("Task exception was never retrieved") and _from_orbax(exc))
+
+
+_UNRETRIEVED_READ_NOISE = _UnretrievedReadNoise()
+
+
 def _closed_loop(exc: BaseException | None) -> bool:
     return isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed"
 
@@ -213,6 +240,9 @@ def _abandoned_reads_collected():
             hook(unraisable)
 
     sys.unraisablehook = quiet
+    # Kept for the process: a task may be collected after this block, and the filter drops only
+    # orbax's own reads' duplicates of an error the caller got.
+    logging.getLogger("asyncio").addFilter(_UNRETRIEVED_READ_NOISE)
     try:
         yield
     finally:
