@@ -1,7 +1,7 @@
 """Decode throughput of our JAX engine vs `transformers.generate` on the same random weights.
 
     python bench/generate.py [--sizes small,0.6b,q35-small,q35-0.8b] [--batches 1,8] [--prompt 64] [--new 32]
-                             [--dtypes fp32,bf16] [--peer on|off] [--rss]
+                             [--dtypes fp32,bf16] [--peer on|off] [--no-compile] [--rss] [--allow-load]
 
 Sizes prefixed `q35-` are Qwen3.5 (hybrid Gated DeltaNet / gated attention, 3 linear layers per full
 one); transformers runs them on its torch fallbacks (no flash-linear-attention kernels on CPU).
@@ -14,9 +14,17 @@ copy bandwidth measured in this run). `--cpu-kernels off` measures our engine on
 transformers: `.to(dtype)`), interleaved per batch size. `--peer off` skips transformers (for long
 `--new`). `--rss` also loads our engine alone in a fresh process and reports its resident memory
 after loading and after one generate, against the weights' bytes plus the KV cache.
+
+The peer runs in each of its documented modes, in the same run: `dynamic` (generate's default
+DynamicCache), `static` (`cache_implementation="static"`) and `static+compile` (the static cache with
+`model.forward = torch.compile(...)`, transformers' recipe for fast decoding; `--no-compile` skips
+it, compiling takes minutes). Each is warmed up (compiled) at the timed shapes before timing. The
+first two lines per batch keep their old form against `dynamic`; the `ours vs transformers best`
+line, against the fastest mode, is the headline. The host's load is checked first (bench/host.py).
 """
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -29,6 +37,7 @@ import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import host  # noqa: E402
 from hljax import sharding as shd  # noqa: E402
 from hljax.checkpoint import hf  # noqa: E402
 from hljax.generate.engine import Engine, EngineConfig, Request  # noqa: E402
@@ -64,6 +73,44 @@ def reference_model(size: str):
     return transformers.Qwen3ForCausalLM(cfg).eval()
 
 
+PEER_MODES = ("dynamic", "static", "static+compile")
+
+
+def peer_modes(compile_: bool) -> list[str]:
+    return [m for m in PEER_MODES if compile_ or "compile" not in m]
+
+
+def _compiled_forward(model):
+    """One compiled forward per model, kept: dynamo's guards tie compiled graphs to the compile call
+    that made them, so a fresh `torch.compile` per use would recompile every time."""
+    if "_bench_compiled" not in model.__dict__:
+        # Every shape (batch, prompt; decode) and dtype is one more graph of the same code object (a
+        # decorator's wrapper, shared with other models): past the default limit of 8 dynamo would
+        # silently fall back to eager.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        # transformers' llm_optims recipe, with mode "default": "reduce-overhead" means CUDA graphs,
+        # which inductor skips on CPU. dynamic=False: one graph per shape, as a static cache allows.
+        model.__dict__["_bench_compiled"] = torch.compile(model.forward, mode="default", dynamic=False,
+                                                          fullgraph=True)
+    return model.__dict__["_bench_compiled"]
+
+
+@contextlib.contextmanager
+def peer_mode(model, mode: str):
+    """Set `model` up for one of PEER_MODES; yields the extra `generate` kwargs."""
+    if mode == "dynamic":
+        yield {}
+        return
+    if "compile" not in mode:
+        yield {"cache_implementation": "static"}
+        return
+    model.forward = _compiled_forward(model)
+    try:
+        yield {"cache_implementation": "static"}
+    finally:
+        del model.forward  # Back to the class's eager forward.
+
+
 def copy_bandwidth(nbytes=512 * 2**20, reps=5) -> float:
     """Bytes/s of a numpy copy, read + write counted."""
     src = np.ones(nbytes // 4, np.float32)
@@ -79,7 +126,7 @@ def _timed(fn) -> float:
 
 
 def bench(size: str, batches, prompt_len: int, new: int, bandwidth: float, cpu_kernels: str, dtypes, peer: bool,
-          rss: bool):
+          rss: bool, modes=PEER_MODES):
     import jax.numpy as jnp
 
     ref32 = reference_model(size)
@@ -103,10 +150,10 @@ def bench(size: str, batches, prompt_len: int, new: int, bandwidth: float, cpu_k
             prompts = rng.integers(0, cfg.vocab_size, (B, prompt_len))
             for name, (engine, ref) in sides.items():
                 weight_bytes = n_params * (4 if name == "fp32" else 2)
-                run_one(f"{size} {name}", engine, ref if peer else None, prompts, new, bandwidth, weight_bytes)
+                run_one(f"{size} {name}", engine, ref if peer else None, prompts, new, bandwidth, weight_bytes, modes)
 
 
-def run_one(label, engine, ref, prompts, new, bandwidth, weight_bytes):
+def run_one(label, engine, ref, prompts, new, bandwidth, weight_bytes, modes=PEER_MODES):
     B = len(prompts)
     reqs = [Request(tuple(p.tolist()), SamplingParams(max_new_tokens=new, temperature=0.0)) for p in prompts]
     engine.generate(reqs)  # compile
@@ -125,17 +172,40 @@ def run_one(label, engine, ref, prompts, new, bandwidth, weight_bytes):
         return
     ids = torch.from_numpy(prompts)
     kw = dict(attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=0)
-    with torch.no_grad():
-        run = lambda n: ref.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)  # noqa: E731
-        run(new)
-        theirs = min(_timed(lambda: run(new)) for _ in range(2))
-        their_prefill = min(_timed(lambda: run(1)) for _ in range(2))
-    their_steps = (new - 1) / max(theirs - their_prefill, 1e-9)
+    peers = {}  # mode -> (end-to-end s, prefill s, decode steps/s)
+    for mode in modes:
+        try:
+            with torch.no_grad(), peer_mode(ref, mode) as extra:
+                run = lambda n: ref.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw, **extra)  # noqa: E731
+                t = time.perf_counter()
+                run(new)  # Warm-up: compiles both shapes (prefill, decode) for static+compile.
+                run(1)
+                warm = time.perf_counter() - t
+                theirs = min(_timed(lambda: run(new)) for _ in range(2))
+                their_prefill = min(_timed(lambda: run(1)) for _ in range(2))
+        except Exception as e:  # A mode this model or host lacks (e.g. Qwen3.5's linear-attention cache).
+            print(f"{label} B={B}: transformers {mode:<14} failed, left out: {type(e).__name__}: "
+                  f"{str(e).splitlines()[0] if str(e) else ''}", flush=True)
+            continue
+        their_steps = (new - 1) / max(theirs - their_prefill, 1e-9)
+        peers[mode] = (theirs, their_prefill, their_steps)
+        print(f"{label} B={B}: transformers {mode:<14} end-to-end {B * new / theirs:8.1f} tok/s | decode "
+              f"{B * their_steps:8.1f} tok/s | prefill {their_prefill:.2f} s | warm-up {warm:.1f} s (not timed)",
+              flush=True)
+    if not peers:
+        return
+    # The old two lines, against generate's default (dynamic cache), for comparison with earlier runs.
+    base = "dynamic" if "dynamic" in peers else next(iter(peers))
+    theirs, their_prefill, their_steps = peers[base]
     print(f"{label} B={B}: end-to-end ours {B * new / ours:8.1f} tok/s | transformers {B * new / theirs:8.1f} tok/s | "
           f"ratio {theirs / ours:5.2f}x", flush=True)
     print(f"{label} B={B}: decode     ours {B * steps_per_s:8.1f} tok/s | transformers {B * their_steps:8.1f} tok/s | "
           f"ratio {steps_per_s / their_steps:5.2f}x | prefill ours {prefill:.2f} s, transformers "
           f"{their_prefill:.2f} s | {mine}", flush=True)
+    e2e = min(peers, key=lambda m: peers[m][0])
+    dec = max(peers, key=lambda m: peers[m][2])
+    print(f"{label} B={B}: ours vs transformers best end-to-end ({e2e}): {peers[e2e][0] / ours:5.2f}x | "
+          f"decode ({dec}): {steps_per_s / peers[dec][2]:5.2f}x", flush=True)
 
 
 _RSS_SCRIPT = """
@@ -182,15 +252,18 @@ def main():
     parser.add_argument("--cpu-kernels", default="auto", choices=["auto", "on", "off"])
     parser.add_argument("--dtypes", default="fp32")
     parser.add_argument("--peer", default="on", choices=["on", "off"])
+    parser.add_argument("--no-compile", action="store_true", help="skip the static+compile peer (compiles for minutes)")
     parser.add_argument("--rss", action="store_true")
+    host.add_args(parser)
     args = parser.parse_args()
+    host.check_args(args)
     torch.set_num_threads(os.cpu_count())
     bandwidth = copy_bandwidth()
     print(f"numpy copy bandwidth: {bandwidth / 1e9:.1f} GB/s; torch {torch.__version__}, "
           f"transformers {transformers.__version__}")
     for size in args.sizes.split(","):
         bench(size, [int(b) for b in args.batches.split(",")], args.prompt, args.new, bandwidth, args.cpu_kernels,
-              args.dtypes.split(","), args.peer == "on", args.rss)
+              args.dtypes.split(","), args.peer == "on", args.rss, peer_modes(not args.no_compile))
 
 
 if __name__ == "__main__":
