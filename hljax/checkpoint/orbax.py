@@ -169,11 +169,15 @@ class _ClosedLoopNoise(logging.Filter):
     as an error with a traceback, at any time later (seen under load). The damage is reported once."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return not (isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed")
+        return not _closed_loop(record.exc_info[1] if record.exc_info else None)
 
 
 _CLOSED_LOOP_NOISE = _ClosedLoopNoise()
+
+
+def _orbax_code(code) -> bool:
+    """Whether a code object is orbax's own."""
+    return f"{os.sep}orbax{os.sep}" in code.co_filename
 
 
 def _from_orbax(exc: BaseException | None) -> bool:
@@ -183,7 +187,7 @@ def _from_orbax(exc: BaseException | None) -> bool:
         seen.add(id(exc))
         tb = exc.__traceback__
         while tb is not None:
-            if f"{os.sep}orbax{os.sep}" in tb.tb_frame.f_code.co_filename:
+            if _orbax_code(tb.tb_frame.f_code):
                 return True
             tb = tb.tb_next
         exc = exc.__cause__ or exc.__context__
@@ -236,7 +240,7 @@ def _abandoned_reads_collected():
 
     def quiet(unraisable):
         code = getattr(unraisable.object, "cr_code", None)
-        if code is None or f"{os.sep}orbax{os.sep}" not in code.co_filename:
+        if code is None or not _orbax_code(code):
             hook(unraisable)
 
     sys.unraisablehook = quiet
