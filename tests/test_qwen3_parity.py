@@ -40,6 +40,20 @@ def test_fp32_logits_match_transformers(case, tmp_path):
     np.testing.assert_allclose(got[real], want[real], atol=1e-4, rtol=0)
 
 
+def test_long_rows_through_causal_attention_blocks_match_transformers(tiny_untied):
+    """Past ops.CAUSAL_BLOCK query rows, attention runs in blocks that skip the keys past their end:
+    lengths across a block edge, a partial last block, left padding."""
+    from hljax.models import ops
+
+    lengths = [3 * ops.CAUSAL_BLOCK - 40, 45, 2 * ops.CAUSAL_BLOCK + 1, ops.CAUSAL_BLOCK]
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tiny_untied, attn_implementation="eager").eval()
+    tokens, mask, positions = tiny.left_padded_batch(ref.config.vocab_size, lengths)
+    want = tiny.hf_logits(ref, tokens, mask, positions)
+    got = _ours(tiny_untied, tokens, mask, positions)
+    real = mask.astype(bool)
+    np.testing.assert_allclose(got[real], want[real], atol=1e-4, rtol=0)
+
+
 def test_left_padding_does_not_change_a_row(tiny_untied):
     """A row's logits are the same alone and inside a left-padded batch."""
     tokens, mask, positions = tiny.left_padded_batch(160, LENGTHS)

@@ -120,13 +120,33 @@ def _take_bits_bwd(res, g):
 _take_bits.defvjp(_take_bits_fwd, _take_bits_bwd)
 
 
+# Query rows per block of causal self-attention: a block reads keys up to its own end only, so the
+# masked-out upper triangle is neither scored nor exponentiated (about half the work at long lengths).
+CAUSAL_BLOCK = 128
+_CAUSAL_BLOCKS: contextvars.ContextVar[bool] = contextvars.ContextVar("hljax_causal_blocks", default=True)
+
+
+@contextlib.contextmanager
+def whole_causal_attention() -> Iterator[None]:
+    """Causal attention traced inside runs as one block. The shared-prefix pass needs it: there the
+    blocked form's gradient crashed jaxlib 0.10.2's YNNPACK dot (SIGSEGV in ynn::dot_fp32_*, a 5 x
+    1,200-token prefix on the tiny shape; fine with `--xla_cpu_experimental_ynn_fusion_type=`)."""
+    token = _CAUSAL_BLOCKS.set(False)
+    try:
+        yield
+    finally:
+        _CAUSAL_BLOCKS.reset(token)
+
+
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float, dtype,
-              filled: jax.Array | None = None) -> jax.Array:
+              filled: jax.Array | None = None, causal: bool = False) -> jax.Array:
     """Grouped-query attention. q: [B, T, N, H]; k, v: [B, K, S, H] (a cache: in its stored dtype);
     mask: [B, T, S] bool -> [B, T, N, H] in `dtype`.
 
     filled: with a cache, the slots written so far (the kernel reads no slot past it); one decode
-    token inside `use_kernels()` then goes through the kernel."""
+    token inside `use_kernels()` then goes through the kernel.
+    causal: T == S and mask[:, t, s] is False for every s > t (self-attention over the fresh keys):
+    query blocks skip the keys past their end."""
     B, T, N, H = q.shape
     K = k.shape[1]
     if (filled is not None and T == 1 and _ATTENTION.get() and k.dtype in cpu_decode.WEIGHT_DTYPES
@@ -137,10 +157,21 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: 
         return out.reshape(B, T, N, H).astype(dtype)
     k, v = k.astype(dtype), v.astype(dtype)
     q = q.reshape(B, T, K, N // K, H).transpose(0, 2, 3, 1, 4)  # [B, K, G, T, H]
+    if causal and T == k.shape[2] and T > CAUSAL_BLOCK and _CAUSAL_BLOCKS.get():
+        blocks = [(a, min(T, a + CAUSAL_BLOCK)) for a in range(0, T, CAUSAL_BLOCK)]
+        out = jnp.concatenate([_attend(q[:, :, :, a:e], k[:, :, :e], v[:, :, :e], mask[:, a:e, :e], scale)
+                               for a, e in blocks], axis=3)
+    else:
+        out = _attend(q, k, v, mask, scale)
+    return out.transpose(0, 3, 1, 2, 4).reshape(B, T, N, H)
+
+
+def _attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
+    """q: [B, K, G, T, H]; k, v: [B, K, S, H]; mask: [B, T, S] -> [B, K, G, T, H]."""
     scores = jnp.einsum("BKGTH,BKSH->BKGTS", q, k, preferred_element_type=jnp.float32) * scale
-    scores = jnp.where(mask[:, None, None, :, :], scores, MASKED)
+    scores = jnp.where(mask[:, None, None], scores, MASKED)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    return jnp.einsum("BKGTS,BKSH->BKGTH", probs, v).transpose(0, 3, 1, 2, 4).reshape(B, T, N, H)
+    return jnp.einsum("BKGTS,BKSH->BKGTH", probs, v)
 
 
 def write_slots(cache: jax.Array, x: jax.Array, slots: jax.Array) -> jax.Array:

@@ -61,6 +61,45 @@ def decode_mask(kv_valid: jax.Array, cache_index, T: int, width: int) -> jax.Arr
     return causal & kv_valid[:, :width].astype(bool)[:, None, :]
 
 
+class SharedPrefix:
+    """Masks and positions of rows that continue shared prefixes, each prefix run once.
+
+    prefix_mask: [P, Lp], LEFT-padded (a linear-attention state then meets padding only before any
+    real token, where it stays zero); attention_mask: [P * G, Ls], right-padded, row r continuing
+    prefix r // G. A continuation's keys: slots [0, Lp) hold its prefix's, slots Lp + t its own."""
+
+    def __init__(self, prefix_mask: jax.Array, attention_mask: jax.Array):
+        (P, self.Lp), (B, self.Ls) = prefix_mask.shape, attention_mask.shape
+        if B % P:
+            raise ValueError(f"{B} continuation rows do not split into groups over {P} prefixes")
+        self.G = B // P
+        prefix_len = prefix_mask.sum(axis=1)
+        self.prefix_positions = jnp.maximum(jnp.cumsum(prefix_mask, axis=1) - 1, 0)
+        self.positions = jnp.repeat(prefix_len, self.G)[:, None] + jnp.maximum(jnp.cumsum(attention_mask, axis=1) - 1, 0)
+        self.prefix_valid = prefix_mask.astype(bool)
+        self.valid = attention_mask.astype(bool)
+        causal = jnp.arange(self.Lp)[None, :] <= jnp.arange(self.Lp)[:, None]
+        self.prefix_attention = causal[None] & self.prefix_valid[:, None, :]  # [P, Lp, Lp]
+        kv_valid = jnp.concatenate([jnp.repeat(prefix_mask, self.G, axis=0), attention_mask], axis=1)
+        self.attention = decode_mask(kv_valid, self.Lp, self.Ls, self.Lp + self.Ls)  # [B, Ls, Lp + Ls]
+
+    def repeat(self, x: jax.Array) -> jax.Array:
+        """[P, ...] per prefix -> [P * G, ...] per continuation row."""
+        return jnp.repeat(x, self.G, axis=0)
+
+    def empty_kv(self, cfg: ModelConfig) -> LayerCache:
+        """A cache the prefix's keys and values are written to (then read back by `shared_kv`)."""
+        z = jnp.zeros((self.prefix_valid.shape[0], cfg.num_kv_heads, self.Lp, cfg.head_dim), cfg.dtype)
+        return LayerCache(z, z)
+
+    def shared_kv(self, kv: LayerCache) -> LayerCache:
+        """The prefix's [P, K, Lp, H] keys and values -> each row's [B, K, Lp + Ls, H] cache."""
+        def one(c):
+            fresh = jnp.zeros((c.shape[0] * self.G, c.shape[1], self.Ls, c.shape[3]), c.dtype)
+            return jnp.concatenate([self.repeat(c), fresh], axis=2)
+        return LayerCache(one(kv.k), one(kv.v))
+
+
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> list[LayerCache]:
     shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
     dtype = dtype or cfg.dtype
@@ -121,7 +160,8 @@ class Attention(nnx.Module):
                 k, v = cache.k, cache.v
 
         filled = None if cache is None else jnp.max(cache_index) + T
-        out = ops.attention(q, k, v, mask, cfg.head_dim**-0.5, x.dtype, filled)
+        # A mask over the fresh keys alone (training, prefill, a shared prefix) is causal: blocks skip ahead.
+        out = ops.attention(q, k, v, mask, cfg.head_dim**-0.5, x.dtype, filled, causal=mask.shape[-1] == T)
         y = dense(out.reshape(B, T, -1), self.o_proj)
         if cfg.attention_bias:
             y = y + self.o_bias[...].astype(x.dtype)
@@ -183,6 +223,30 @@ class Qwen3(nnx.Module):
         mask = causal[None] & valid[:, None, :]  # [B, T, S]
         h, _ = self._decode(tokens, positions, mask, None, 0)
         return h
+
+    def shared_prefix_hidden_states(self, prefix_tokens, prefix_mask, tokens, attention_mask) -> jax.Array:
+        """Rows that continue a shared prefix, the prefix run once for all of them (`SharedPrefix`).
+
+        -> final-norm hidden states [P * G, Ls, D] of the continuations: those of each row run whole
+        (its prefix's real tokens, then its own), the prefix's work done once instead of G times.
+        Gradients reach the prefix through its keys and values, summed over the G rows."""
+        with ops.whole_causal_attention():
+            return self._shared_prefix_hidden_states(prefix_tokens, prefix_mask, tokens, attention_mask)
+
+    def _shared_prefix_hidden_states(self, prefix_tokens, prefix_mask, tokens, attention_mask) -> jax.Array:
+        cfg = self.cfg
+        geo = SharedPrefix(prefix_mask, attention_mask)
+        inv_freq = np.asarray(self.inv_freq, np.float32)
+        cos_p, sin_p = cos_sin(geo.prefix_positions, inv_freq, self.rope_scaling, cfg.dtype)
+        cos_s, sin_s = cos_sin(geo.positions, inv_freq, self.rope_scaling, cfg.dtype)
+        act = (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_EMBED)
+        xp = shd.constrain(embed_lookup(self.embed, prefix_tokens, cfg.dtype), act)
+        xs = shd.constrain(embed_lookup(self.embed, tokens, cfg.dtype), act)
+        call = remat_call if cfg.remat else (lambda l, *a: l(*a))
+        for layer in self.layers:
+            xp, kv = call(layer, xp, cos_p, sin_p, geo.prefix_attention, geo.empty_kv(cfg), 0)
+            xs, _ = call(layer, xs, cos_s, sin_s, geo.attention, geo.shared_kv(kv), geo.Lp)
+        return self.final_norm(xs)
 
     def decode_step(
         self,

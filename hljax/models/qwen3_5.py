@@ -30,7 +30,8 @@ from hljax.models import gated_deltanet as gdn
 from hljax.models import ops
 from hljax.models.config import ModelConfig
 from hljax.models.ops import dense, embed_lookup
-from hljax.models.qwen3 import MLP, LayerCache, _normal, _ones, _param, _zeros, decode_mask, logits, remat_call, write_kv
+from hljax.models.qwen3 import (MLP, LayerCache, SharedPrefix, _normal, _ones, _param, _zeros, decode_mask, logits,
+                                remat_call, write_kv)
 from hljax.models.rope import apply_rope, cos_sin, inv_frequencies
 
 
@@ -122,7 +123,8 @@ class GatedAttention(nnx.Module):
             if mask.shape[-1] != T:  # Decode: attend over the whole cache. Prefill: over the fresh keys.
                 k, v = cache.k, cache.v
         filled = None if cache is None else jnp.max(cache_index) + T
-        out = ops.attention(q, k, v, mask, H**-0.5, x.dtype, filled)
+        # A mask over the fresh keys alone (training, prefill, a shared prefix) is causal: blocks skip ahead.
+        out = ops.attention(q, k, v, mask, H**-0.5, x.dtype, filled, causal=mask.shape[-1] == T)
         out = out * jax.nn.sigmoid(gate)
         y = dense(out.reshape(B, T, -1), self.o_proj)
         return y, cache
@@ -235,6 +237,32 @@ class Qwen3_5(nnx.Module):
         causal = jnp.arange(T)[None, :] <= jnp.arange(T)[:, None]  # [T, S]
         h, _ = self._decode(tokens, positions, causal[None] & valid[:, None, :], valid, None, 0)
         return h
+
+    def shared_prefix_hidden_states(self, prefix_tokens, prefix_mask, tokens, attention_mask) -> jax.Array:
+        """As `Qwen3.shared_prefix_hidden_states`; a linear-attention layer hands each row its prefix's
+        final conv inputs and delta-rule state (the left padding left them as the real tokens made them)."""
+        with ops.whole_causal_attention():
+            return self._shared_prefix_hidden_states(prefix_tokens, prefix_mask, tokens, attention_mask)
+
+    def _shared_prefix_hidden_states(self, prefix_tokens, prefix_mask, tokens, attention_mask) -> jax.Array:
+        cfg = self.cfg
+        geo = SharedPrefix(prefix_mask, attention_mask)
+        inv_freq = np.asarray(self.inv_freq, np.float32)
+        cos_p, sin_p = cos_sin(geo.prefix_positions, inv_freq, self.rope_scaling, cfg.dtype)
+        cos_s, sin_s = cos_sin(geo.positions, inv_freq, self.rope_scaling, cfg.dtype)
+        act = (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_EMBED)
+        xp = shd.constrain(embed_lookup(self.embed, prefix_tokens, cfg.dtype), act)
+        xs = shd.constrain(embed_lookup(self.embed, tokens, cfg.dtype), act)
+        call = remat_call if cfg.remat else (lambda l, *a: l(*a))
+        empty_linear = init_cache(cfg, prefix_tokens.shape[0], 1)
+        for i, layer in enumerate(self.layers):
+            if layer.kind == "linear_attention":
+                xp, c = call(layer, xp, cos_p, sin_p, None, geo.prefix_valid, empty_linear[i], 0)
+                xs, _ = call(layer, xs, cos_s, sin_s, None, geo.valid, LinearCache(geo.repeat(c.conv), geo.repeat(c.state)), 0)
+            else:
+                xp, kv = call(layer, xp, cos_p, sin_p, geo.prefix_attention, geo.prefix_valid, geo.empty_kv(cfg), 0)
+                xs, _ = call(layer, xs, cos_s, sin_s, geo.attention, geo.valid, geo.shared_kv(kv), geo.Lp)
+        return self.final_norm(xs)
 
     def decode_step(self, tokens, positions, kv_valid, cache, cache_index, *, prefill: bool = False):
         """As `Qwen3.decode_step`: T new tokens at cache slots [cache_index, cache_index + T).

@@ -34,6 +34,37 @@ def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
     return Sequences(tokens=tokens, attention_mask=attention, loss_mask=loss_mask)
 
 
+def shared_prompts(prompts: Sequence[Sequence[int]], group_size: int) -> tuple[list[list[int]], list[list[int]]]:
+    """A step's prompts, each run of `group_size` rows sharing one -> (each group's prefix: its prompt
+    but the last token; each row's own start: its prompt's last token, whose position predicts the
+    first completion token). With `pack(starts, completions, ...)` and `pack_prefixes`, the layout of
+    `logprobs.Prefix`."""
+    if len(prompts) % group_size:
+        raise ValueError(f"{len(prompts)} rows do not split into groups of {group_size}")
+    prefixes = []
+    for g in range(0, len(prompts), group_size):
+        for r in range(g + 1, g + group_size):
+            if list(prompts[r]) != list(prompts[g]):
+                raise ValueError(f"rows {g} and {r} of one group have different prompts ({len(prompts[g])} and "
+                                 f"{len(prompts[r])} tokens): a group's rows must share their prompt")
+        prefixes.append(list(prompts[g][:-1]))
+    return prefixes, [list(p[-1:]) for p in prompts]
+
+
+def pack_prefixes(prefixes: Sequence[Sequence[int]], length: int, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """LEFT-padded [P, length] (tokens, attention mask) of token lists (an empty one: all padding), as
+    `qwen3.SharedPrefix` takes them."""
+    tokens = np.full((len(prefixes), length), pad_id, np.int32)
+    attention = np.zeros((len(prefixes), length), np.int32)
+    for i, p in enumerate(prefixes):
+        if len(p) > length:
+            raise ValueError(f"prefix {i}: {len(p)} tokens exceed length {length}")
+        if len(p):
+            tokens[i, length - len(p):] = p
+            attention[i, length - len(p):] = 1
+    return tokens, attention
+
+
 def completion_logprobs(per_position: np.ndarray, prompt_len: int, completion_len: int) -> np.ndarray:
     """[L] per-position log-probs -> [completion_len] log-probs of the completion tokens."""
     return per_position[prompt_len - 1 : prompt_len - 1 + completion_len]

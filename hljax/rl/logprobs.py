@@ -23,6 +23,15 @@ class Sequences:
     loss_mask: jax.Array  # [B, L] fp32: 1 where token t + 1 is a completion token (the targets)
 
 
+@flax.struct.dataclass
+class Prefix:
+    """A prompt prefix shared by G consecutive rows of a `Sequences` (a GRPO group's prompt but its
+    last token), run through the model once for the group; those rows then hold only the rest."""
+
+    tokens: jax.Array  # [P, Lp] int32, LEFT-padded; row r of the Sequences continues prefix r // G
+    attention_mask: jax.Array  # [P, Lp] int32: 1 on real tokens
+
+
 def _chunk_logprobs(h: jax.Array, w: jax.Array, vocab_major: bool, targets: jax.Array, temperature: float):
     """h: [B, C, D], w: the output projection (see ops.project), targets: [B, C] -> (logp, entropy) [B, C]."""
     logits = project(h, w, vocab_major) / temperature  # [B, C, V] fp32
@@ -34,34 +43,41 @@ def _chunk_logprobs(h: jax.Array, w: jax.Array, vocab_major: bool, targets: jax.
 
 
 def sequence_logprobs(
-    model: Qwen3, seqs: Sequences, *, temperature: float = 1.0, chunk: int = 256, masked_only: bool = False
+    model: Qwen3, seqs: Sequences, *, temperature: float = 1.0, chunk: int = 256, masked_only: bool = False,
+    prefix: Prefix | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """-> (logp [B, L], entropy [B, L]) of token t + 1 at position t, under log_softmax(logits / T).
 
-    The last position has no target and gets 0. L must be a multiple of `chunk` or smaller.
+    The last position has no target and gets 0.
     masked_only: chunks where no row has a loss_mask position skip the vocabulary projection and
     give 0 (for losses and old log-probs, which read only loss_mask positions: a long prompt's
-    chunks then cost no [B, C, V] logits)."""
+    chunks then cost no [B, C, V] logits).
+    prefix: `seqs` continue these shared prefixes (`Prefix`); positions count from the prefix's end."""
     B, L = seqs.tokens.shape
-    positions = jnp.maximum(jnp.cumsum(seqs.attention_mask, axis=1) - 1, 0)
-    h = model.hidden_states(seqs.tokens, positions, seqs.attention_mask)  # [B, L, D]
+    if prefix is None:
+        positions = jnp.maximum(jnp.cumsum(seqs.attention_mask, axis=1) - 1, 0)
+        h = model.hidden_states(seqs.tokens, positions, seqs.attention_mask)  # [B, L, D]
+    else:
+        h = model.shared_prefix_hidden_states(prefix.tokens, prefix.attention_mask, seqs.tokens, seqs.attention_mask)
     targets = jnp.concatenate([seqs.tokens[:, 1:], jnp.zeros((B, 1), seqs.tokens.dtype)], axis=1)
+    loss_mask = seqs.loss_mask
     C = min(chunk, L)
-    if L % C:
-        raise ValueError(f"sequence length {L} is not a multiple of the logprob chunk {C}")
-    n = L // C
+    n = -(-L // C)
+    if n * C != L:  # Pad to whole chunks; the padding's log-probs are cut off below.
+        pad = ((0, 0), (0, n * C - L))
+        h, targets, loss_mask = jnp.pad(h, (*pad, (0, 0))), jnp.pad(targets, pad), jnp.pad(loss_mask, pad)
     hc = h.reshape(B, n, C, -1).swapaxes(0, 1)  # [n, B, C, D]
     tc = targets.reshape(B, n, C).swapaxes(0, 1)
     w, vocab_major = model.head_weight(), model.cfg.tie_word_embeddings
     step = jax.checkpoint(lambda hh, tt: _chunk_logprobs(hh, w, vocab_major, tt, temperature))
     if masked_only:
-        needed = (seqs.loss_mask.reshape(B, n, C) > 0).any(axis=(0, 2))  # [n]
+        needed = (loss_mask.reshape(B, n, C) > 0).any(axis=(0, 2))  # [n]
         zeros = jnp.zeros((B, C), jnp.float32)
         logp, ent = jax.lax.map(lambda xs: jax.lax.cond(xs[2], lambda: step(xs[0], xs[1]), lambda: (zeros, zeros)),
                                 (hc, tc, needed))
     else:
         logp, ent = jax.lax.map(lambda xs: step(*xs), (hc, tc))  # [n, B, C]
-    logp = logp.swapaxes(0, 1).reshape(B, L)
-    ent = ent.swapaxes(0, 1).reshape(B, L)
+    logp = logp.swapaxes(0, 1).reshape(B, n * C)[:, :L]
+    ent = ent.swapaxes(0, 1).reshape(B, n * C)[:, :L]
     last = jnp.arange(L)[None, :] == L - 1
     return jnp.where(last, 0.0, logp), jnp.where(last, 0.0, ent)

@@ -57,6 +57,12 @@ class GRPOSpec:
     # off-policy and the clip bounds them (clip_frac, policy_drift are means over the mu updates).
     mu: int = 1
     max_len: int = 2048  # Prompt + completion tokens a rollout may hold (bucketed); longer is an error.
+    # Each group's prompt runs through the model once in the log-prob recompute and the train step, its
+    # keys and values (Qwen3.5: and linear-attention state) shared by the group's G completions: the
+    # same log-probs and gradients as rows that each carry the whole prompt (tests/test_shared_prompts.py)
+    # for about 1/G of a long prompt's work (rows share by the part of a group one data-parallel device
+    # holds: train_step.share_group). False: every row carries its whole prompt.
+    share_prompts: bool = True
     # The proposals' sampling (its temperature is also that of the trained log-probs):
     sampling: Sampling = dataclasses.field(default=Sampling(), metadata={FLAT: True})
     scoring_questions: int = 4  # Per candidate; every candidate of a group gets the same ones.

@@ -7,6 +7,7 @@ from the batch sharding), and `global_batch` assembles the global arrays the ste
 from __future__ import annotations
 
 import functools
+import math
 
 import flax.struct
 import jax
@@ -23,7 +24,7 @@ from hljax.models.qwen3 import Qwen3
 from hljax.rl import grpo, sft
 from hljax.rl.batching import split_micro
 from hljax.rl.config import LossConfig, OptimConfig
-from hljax.rl.logprobs import Sequences, sequence_logprobs
+from hljax.rl.logprobs import Prefix, Sequences, sequence_logprobs
 
 
 @flax.struct.dataclass
@@ -37,6 +38,9 @@ class TrainBatch:
     # [M, b, L] fp32: the sampler's log-probs of the completion tokens, aligned as old_logp (old_logp
     # where it gave none); read only with loss.tis_cap.
     sampler_logp: jax.Array
+    # [M, p, Lp]: each group's shared prompt prefix when `seqs` hold only the rows' own tokens
+    # (grpo.share_prompts); None when every row carries its whole prompt (SFT).
+    prefix: Prefix | None = None
 
 
 def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
@@ -70,21 +74,33 @@ def process_rows(mesh: jax.sharding.Mesh, batch_size: int, n_micro: int) -> np.n
     return (np.arange(n_micro)[:, None] * b + cols[None, :]).reshape(-1)
 
 
+def share_group(mesh: jax.sharding.Mesh, batch_size: int, n_micro: int, group_size: int) -> int:
+    """How many consecutive rows share one prompt prefix in the step's layout: the group, or the
+    part of it that one data-parallel device holds (the rows' gcd with it), so that prefixes split
+    over the devices exactly as their rows do. 1 when each device holds a single row."""
+    per_device = batch_size // n_micro // shd.axes_size(mesh, (shd.DATA, shd.FSDP))
+    return math.gcd(group_size, max(per_device, 1))
+
+
 def global_batch(local: TrainBatch, mesh: jax.sharding.Mesh, batch_size: int) -> TrainBatch:
-    """This process's [M, b_local, ...] rows (those of `process_rows`) -> the global [M, b, ...] batch."""
-    sharding = batch_sharding(mesh)
+    """This process's [M, b_local, ...] rows (those of `process_rows`) -> the global [M, b, ...] batch;
+    its prefixes ([M, b_local / g, ...], g from `share_group`) likewise."""
 
-    def one(x):
-        n_micro = x.shape[0]
-        return dist.global_array(x, sharding, (n_micro, batch_size // n_micro, *x.shape[2:]))
+    def to_global(tree, rows, sharding):
+        return jax.tree.map(lambda x: dist.global_array(x, sharding, (x.shape[0], rows // x.shape[0], *x.shape[2:])),
+                            tree)
 
-    return jax.tree.map(one, local)
+    out = to_global(local.replace(prefix=None), batch_size, batch_sharding(mesh))
+    if local.prefix is None:
+        return out
+    group = local.seqs.tokens.shape[1] // local.prefix.tokens.shape[1]  # `share_group`'s
+    return out.replace(prefix=to_global(local.prefix, batch_size // group, batch_sharding(mesh)))
 
 
 def _loss(params, graphdef, micro: TrainBatch, cfg: LossConfig):
     model = nnx.merge(graphdef, params)
     logp, entropy = sequence_logprobs(model, micro.seqs, temperature=cfg.temperature, chunk=cfg.logprob_chunk,
-                                      masked_only=True)
+                                      masked_only=True, prefix=micro.prefix)
     mask = micro.seqs.loss_mask
     if cfg.mode == "sft":
         loss_sum, denom = sft.masked_cross_entropy(logp, mask)
@@ -141,23 +157,32 @@ def train_step(model: Qwen3, optimizer: nnx.Optimizer, batch: TrainBatch, cfg: L
 
 
 @functools.partial(nnx.jit, static_argnames=("temperature", "chunk"))
-def sequence_logprobs_jit(model: Qwen3, seqs: Sequences, temperature: float, chunk: int) -> jax.Array:
+def sequence_logprobs_jit(model: Qwen3, seqs: Sequences, temperature: float, chunk: int,
+                          prefix: Prefix | None = None) -> jax.Array:
     """[b, L] log-probs of the targets at loss_mask positions, 0 elsewhere (old or reference
     log-probs; no gradient)."""
-    return sequence_logprobs(model, seqs, temperature=temperature, chunk=chunk, masked_only=True)[0]
+    return sequence_logprobs(model, seqs, temperature=temperature, chunk=chunk, masked_only=True, prefix=prefix)[0]
 
 
 def local_logprobs(model: Qwen3, mesh: jax.sharding.Mesh, seqs: Sequences, batch_size: int, n_micro: int,
-                   temperature: float, chunk: int) -> np.ndarray:
+                   temperature: float, chunk: int, prefix: Prefix | None = None) -> np.ndarray:
     """[b_local, L] log-probs of this process's rows `seqs` (those of `process_rows`) of a
-    `batch_size`-row batch, computed one micro-batch at a time on global arrays (the training layout)."""
-    local = jax.tree.map(lambda x: split_micro(np.asarray(x), n_micro), seqs)
+    `batch_size`-row batch, computed one micro-batch at a time on global arrays (the training layout);
+    `prefix`: their groups' shared prompt prefixes, as in `TrainBatch`."""
     sharding = NamedSharding(mesh, P((shd.DATA, shd.FSDP)))
     b = batch_size // n_micro
     mine = dist.local_rows(sharding, (b,), axis=0)
-    out = []
+
+    def parts(tree, rows, sharding):
+        local = jax.tree.map(lambda x: split_micro(np.asarray(x), n_micro), tree)
+        return [jax.tree.map(lambda x: dist.global_array(x[m], sharding, (rows, *x.shape[2:])), local)
+                for m in range(n_micro)]
+
+    rows = parts(seqs, b, sharding)
+    prefixes = [None] * n_micro
+    if prefix is not None:
+        prefixes = parts(prefix, b * len(prefix.tokens) // len(seqs.tokens), sharding)
     with shd.use_mesh(mesh):
-        for m in range(n_micro):
-            part = jax.tree.map(lambda x: dist.global_array(x[m], sharding, (b, *x.shape[2:])), local)
-            out.append(dist.local_part(sequence_logprobs_jit(model, part, temperature, chunk), mine))
+        out = [dist.local_part(sequence_logprobs_jit(model, part, temperature, chunk, pre), mine)
+               for part, pre in zip(rows, prefixes)]
     return np.concatenate(out)

@@ -41,15 +41,17 @@ from hljax.loop import rewards as rw
 from hljax.loop.revision import candidate
 from hljax.mesh import MeshConfig
 from hljax.rl import sft_data
-from hljax.rl.batching import bucket_length, completion_logprobs, pack, place_completion_logprobs, split_micro
+from hljax.rl.batching import (bucket_length, completion_logprobs, pack, pack_prefixes, place_completion_logprobs,
+                               shared_prompts, split_micro)
 from hljax.rl.config import LossConfig
+from hljax.rl.logprobs import Prefix
 from hljax.rl.rollout import COL, Rollouts, sample_rows, score_groups
 from hljax.rl.run_config import WRITER, RunConfig
 from hljax.seeding import derive_seed
 from hljax.signals import StopSignals, Stopped
 from hljax.tasks.simulated_solver import LABEL as SIMULATED_LABEL
 from hljax.rl.train_step import (TrainBatch, global_batch, local_logprobs, make_optimizer, mean_metrics, process_rows,
-                                 train_step)
+                                 share_group, train_step)
 
 log = logging.getLogger(__name__)
 STATE_COL = COL["state"]
@@ -384,21 +386,28 @@ class Trainer:
         adv = np.where(keep[rows], advantages[rows], 0.0).astype(np.float32)
         mx.append_jsonl(self.rollout_log, sample_rows(step, rows, batch, advantages, keep))
 
-        seqs_prompts = [p for p, _ in batch.sequences]
-        seqs_completions = [c for _, c in batch.sequences]
-        # Every process packs to the same length: that of the longest row of the whole step.
-        length = bucket_length(int(dist.allgather(max(len(p) + len(c) for p, c in batch.sequences)).max()))
-        if length > g.max_len:
-            raise ValueError(f"a rollout has {length} tokens (bucketed), over grpo.max_len={g.max_len}")
-        seqs = pack(seqs_prompts, seqs_completions, length, self.pad_id)
-        old = self._logprobs(self.model, seqs, g.sampling.temperature, B)
-        ref = self._logprobs(self.ref_model, seqs, g.sampling.temperature, B) if cfg.loss.beta > 0 else np.zeros_like(old)
-        gap_sum, gap_n = dist.allgather(_sampler_gap(old, batch.sampler_logprobs, seqs_prompts)).sum(axis=0)
+        prompts = [p for p, _ in batch.sequences]
+        completions = [c for _, c in batch.sequences]
+        # Every process packs to the same lengths: those of the longest rows of the whole step.
+        longest = lambda n: int(dist.allgather(n).max())  # noqa: E731
+        if bucket_length(longest(max(len(p) + len(c) for p, c in batch.sequences))) > g.max_len:
+            raise ValueError(f"a rollout has {longest(max(len(p) + len(c) for p, c in batch.sequences))} tokens, "
+                             f"over grpo.max_len={g.max_len} once bucketed")
+        prefix = None
+        if g.share_prompts:  # Rows hold their prompt's last token and completion; the rest is shared.
+            prefixes, prompts = shared_prompts(prompts, share_group(self.mesh, B, g.micro_batches, g.group_size))
+            prefix = Prefix(*pack_prefixes(prefixes, bucket_length(longest(max(map(len, prefixes)))), self.pad_id))
+        length = bucket_length(longest(max(len(p) + len(c) for p, c in zip(prompts, completions))))
+        seqs = pack(prompts, completions, length, self.pad_id)
+        old = self._logprobs(self.model, seqs, g.sampling.temperature, B, prefix)
+        ref = (self._logprobs(self.ref_model, seqs, g.sampling.temperature, B, prefix) if cfg.loss.beta > 0
+               else np.zeros_like(old))
+        gap_sum, gap_n = dist.allgather(_sampler_gap(old, batch.sampler_logprobs, prompts)).sum(axis=0)
         # The sampler's log-probs where the truncated importance weight reads them; else unused.
         sampler = old if not cfg.loss.tis_cap else place_completion_logprobs(
-            batch.sampler_logprobs, [len(p) for p in seqs_prompts], [len(c) for c in seqs_completions], old)
+            batch.sampler_logprobs, [len(p) for p in prompts], [len(c) for c in completions], old)
         seqs = dataclasses.replace(seqs, loss_mask=seqs.loss_mask * keep[rows][:, None].astype(np.float32))
-        train_batch = self._micro(seqs, adv, old, ref, sampler, g.micro_batches)
+        train_batch = self._micro(seqs, adv, old, ref, sampler, g.micro_batches, prefix)
         loss_cfg = dataclasses.replace(cfg.loss, mode="grpo", temperature=g.sampling.temperature)
         t2 = time.perf_counter()
         # grpo.mu updates on this one batch; `old` (the policy before the first) stays their reference.
@@ -406,7 +415,8 @@ class Trainer:
         t3 = time.perf_counter()
         self.rollouts.sync(self._host_model(), version=str(step + 1))
         t4 = time.perf_counter()
-        tokens = dist.allgather(seqs.attention_mask.sum()).sum()
+        # The rows' whole prompt + completion tokens, however they were laid out.
+        tokens = dist.allgather(sum(len(p) + len(c) for p, c in batch.sequences)).sum()
         m.update(metrics)
         m.update({
             "sampler_logprob_gap": float(gap_sum / gap_n) if gap_n else float("nan"),
@@ -431,9 +441,9 @@ class Trainer:
                                     "GRPO started; it is missing (deleted?), so this run cannot resume with a KL term")
         return path
 
-    def _logprobs(self, model, seqs, temperature, batch_size: int) -> np.ndarray:
+    def _logprobs(self, model, seqs, temperature, batch_size: int, prefix=None) -> np.ndarray:
         return local_logprobs(model, self.mesh, seqs, batch_size, self.cfg.grpo.micro_batches, temperature,
-                              self.cfg.loss.logprob_chunk)
+                              self.cfg.loss.logprob_chunk, prefix)
 
     def _host_model(self):
         """The model with every parameter addressable by this process: itself for one process, else a
@@ -444,10 +454,10 @@ class Trainer:
 
     # ----- shared -----
 
-    def _micro(self, seqs, adv, old, ref, sampler, n_micro) -> TrainBatch:
+    def _micro(self, seqs, adv, old, ref, sampler, n_micro, prefix=None) -> TrainBatch:
         m = lambda x: split_micro(np.asarray(x), n_micro)  # noqa: E731
         return TrainBatch(seqs=jax.tree.map(m, seqs), advantages=m(adv), old_logp=m(old), ref_logp=m(ref),
-                          sampler_logp=m(sampler))
+                          sampler_logp=m(sampler), prefix=None if prefix is None else jax.tree.map(m, prefix))
 
     def _train(self, batch: TrainBatch, loss_cfg: LossConfig, batch_size: int) -> dict:
         """One step on this process's rows `batch` ([M, b_local, ...]) of a `batch_size`-row batch."""
