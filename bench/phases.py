@@ -49,7 +49,7 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(9, 1.1 + 0.7 * len(data)))
+        fig, ax = plt.subplots(figsize=(10, 1.6 + 0.7 * len(data)))
         labels = list(data)[::-1]
         left = [0.0] * len(labels)
         colors = plt.get_cmap("tab10")
@@ -62,7 +62,7 @@ def main():
             left = [a + w for a, w in zip(left, widths)]
         ax.set_xlabel("seconds (sum over the run's steps)")
         ax.set_title(args.title)
-        ax.legend(ncol=4, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.35 - 0.1 / len(data)))
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
         fig.tight_layout()
         fig.savefig(args.out, dpi=110, bbox_inches="tight")
         print(f"wrote {args.out}")
