@@ -2,6 +2,10 @@
 also its linear-attention state) shared by the group's rows. Checked against transformers on the rows
 run whole: log-probs, and one GRPO update of every weight."""
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,6 +25,7 @@ from hljax.rl.logprobs import Prefix
 from hljax.rl.train_step import TrainBatch, global_batch, local_logprobs, sequence_logprobs_jit, share_group, train_step
 from tests import tiny_qwen3_5 as tq
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 G = 2
 RNG = np.random.default_rng(7)
 # A prompt of one token (an empty prefix), prompts of different lengths, completions ending apart.
@@ -161,3 +166,39 @@ def test_share_group_is_what_one_device_holds_of_a_group():
     assert share_group(mesh8, 16, 1, 4) == 2  # 2 rows per device: half groups.
     assert share_group(mesh8, 8, 1, 4) == 1  # One row per device.
     assert share_group(mesh8, 48, 2, 4) == 1  # 3 rows per device per micro-batch.
+
+
+def test_a_long_shared_prefix_trains_in_one_attention_block():
+    """The shared-prefix pass's attention in causal blocks crashed jaxlib 0.10.2's YNNPACK dot
+    (SIGSEGV) in the train step from 1,200-token prefixes on, so that pass runs as one block
+    (ops.whole_causal_attention). In a child process: a crash fails this test, not the session."""
+    code = """
+import jax, numpy as np, optax
+from flax import nnx
+from hljax import sharding as shd
+from hljax.models import qwen3
+from hljax.models.config import ModelConfig
+from hljax.rl.batching import pack, pack_prefixes, shared_prompts, split_micro
+from hljax.rl.config import LossConfig
+from hljax.rl.logprobs import Prefix
+from hljax.rl.train_step import TrainBatch, global_batch, train_step
+rng = np.random.default_rng(0)
+prompts = [p for p in (rng.integers(1, 6000, 1200).tolist() for _ in range(5)) for _ in range(4)]
+prefixes, starts = shared_prompts(prompts, 4)
+seqs = pack(starts, [rng.integers(1, 6000, 100).tolist() for _ in prompts], 128)
+prefix = Prefix(*pack_prefixes(prefixes, 1280))
+mesh = shd.single_device_mesh()
+model = qwen3.create(ModelConfig.tiny(6720), mesh)
+with shd.use_mesh(mesh):
+    opt = nnx.Optimizer(model, optax.adamw(1e-4), wrt=nnx.Param)
+m = lambda x: split_micro(np.asarray(x), 1)
+z = np.zeros(seqs.tokens.shape, np.float32)
+batch = TrainBatch(seqs=jax.tree.map(m, seqs), advantages=m(rng.normal(size=20).astype(np.float32)), old_logp=m(z),
+                   ref_logp=m(z), sampler_logp=m(z), prefix=jax.tree.map(m, prefix))
+with shd.use_mesh(mesh):
+    print(float(jax.device_get(train_step(model, opt, global_batch(batch, mesh, 20), LossConfig(mode="grpo")))["loss"]))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    assert np.isfinite(float(out.stdout.strip().splitlines()[-1]))

@@ -390,9 +390,9 @@ class Trainer:
         completions = [c for _, c in batch.sequences]
         # Every process packs to the same lengths: those of the longest rows of the whole step.
         longest = lambda n: int(dist.allgather(n).max())  # noqa: E731
-        if bucket_length(longest(max(len(p) + len(c) for p, c in batch.sequences))) > g.max_len:
-            raise ValueError(f"a rollout has {longest(max(len(p) + len(c) for p, c in batch.sequences))} tokens, "
-                             f"over grpo.max_len={g.max_len} once bucketed")
+        whole = bucket_length(longest(max(len(p) + len(c) for p, c in batch.sequences)))
+        if whole > g.max_len:
+            raise ValueError(f"a rollout has {whole} tokens (bucketed), over grpo.max_len={g.max_len}")
         prefix = None
         if g.share_prompts:  # Rows hold their prompt's last token and completion; the rest is shared.
             prefixes, prompts = shared_prompts(prompts, share_group(self.mesh, B, g.micro_batches, g.group_size))
