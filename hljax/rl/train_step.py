@@ -86,15 +86,17 @@ def global_batch(local: TrainBatch, mesh: jax.sharding.Mesh, batch_size: int) ->
     """This process's [M, b_local, ...] rows (those of `process_rows`) -> the global [M, b, ...] batch;
     its prefixes ([M, b_local / g, ...], g from `share_group`) likewise."""
 
-    def to_global(tree, rows, sharding):
+    sharding = batch_sharding(mesh)
+
+    def to_global(tree, rows):
         return jax.tree.map(lambda x: dist.global_array(x, sharding, (x.shape[0], rows // x.shape[0], *x.shape[2:])),
                             tree)
 
-    out = to_global(local.replace(prefix=None), batch_size, batch_sharding(mesh))
+    out = to_global(local.replace(prefix=None), batch_size)
     if local.prefix is None:
         return out
     group = local.seqs.tokens.shape[1] // local.prefix.tokens.shape[1]  # `share_group`'s
-    return out.replace(prefix=to_global(local.prefix, batch_size // group, batch_sharding(mesh)))
+    return out.replace(prefix=to_global(local.prefix, batch_size // group))
 
 
 def _loss(params, graphdef, micro: TrainBatch, cfg: LossConfig):
@@ -173,15 +175,13 @@ def local_logprobs(model: Qwen3, mesh: jax.sharding.Mesh, seqs: Sequences, batch
     b = batch_size // n_micro
     mine = dist.local_rows(sharding, (b,), axis=0)
 
-    def parts(tree, rows, sharding):
+    def parts(tree, rows):
         local = jax.tree.map(lambda x: split_micro(np.asarray(x), n_micro), tree)
         return [jax.tree.map(lambda x: dist.global_array(x[m], sharding, (rows, *x.shape[2:])), local)
                 for m in range(n_micro)]
 
-    rows = parts(seqs, b, sharding)
-    prefixes = [None] * n_micro
-    if prefix is not None:
-        prefixes = parts(prefix, b * len(prefix.tokens) // len(seqs.tokens), sharding)
+    rows = parts(seqs, b)
+    prefixes = [None] * n_micro if prefix is None else parts(prefix, b * len(prefix.tokens) // len(seqs.tokens))
     with shd.use_mesh(mesh):
         out = [dist.local_part(sequence_logprobs_jit(model, part, temperature, chunk, pre), mine)
                for part, pre in zip(rows, prefixes)]
