@@ -14,6 +14,7 @@ from hljax.checkpoint import hf
 from hljax.rl.batching import pack, split_micro
 from hljax.rl.config import LossConfig
 from hljax.rl.train_step import TrainBatch, batch_sharding, sequence_logprobs_jit, train_step
+from tests import tiny
 from tests import tiny_qwen3_5 as tq
 
 L = 48  # Not a multiple of the GDN chunk (16 below), and rows end at different places.
@@ -58,11 +59,7 @@ def test_one_sft_step_equals_torch_sgd_on_every_weight(tiny_text, tmp_path):
     ref = tq.causal_lm(tiny_text).train()
     logp, mask = _completion_ce(ref, seqs)
     loss = -(logp * mask).sum() / mask.sum()
-    loss.backward()
-    with torch.no_grad():
-        for p in ref.parameters():
-            p -= LR * p.grad
-    want = {k: v.numpy() for k, v in ref.state_dict().items()}
+    want = tiny.torch_sgd_step(ref, loss, LR)
 
     mesh = shd.single_device_mesh()
     model = hf.load_hf(tiny_text, mesh, linear_chunk_size=16, remat=True)

@@ -23,6 +23,7 @@ from hljax.rl.batching import pack, pack_prefixes, shared_prompts, split_micro
 from hljax.rl.config import LossConfig
 from hljax.rl.logprobs import Prefix
 from hljax.rl.train_step import TrainBatch, global_batch, local_logprobs, sequence_logprobs_jit, share_group, train_step
+from tests import tiny
 from tests import tiny_qwen3_5 as tq
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -115,11 +116,7 @@ def test_one_grpo_step_on_shared_prompts_equals_torch_sgd_on_whole_rows(request,
     logp, mask = _torch_logp(ref)
     adv = torch.from_numpy(ADV).double()[:, None]
     loss = -(adv * torch.exp(logp - logp.detach()) * mask).sum() / mask.sum()
-    loss.backward()
-    with torch.no_grad():
-        for p in ref.parameters():
-            p -= LR * p.grad
-    want = {k: v.numpy() for k, v in ref.state_dict().items()}
+    want = tiny.torch_sgd_step(ref, loss, LR)
 
     mesh = shd.single_device_mesh()
     model = hf.load_hf(path, mesh, **kwargs)

@@ -115,3 +115,13 @@ def hf_greedy_texts(folder: str, prompts: list[str], n: int = 12) -> list[list[i
         gen = model.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
         out.append(gen[0, ids.shape[1]:].tolist())
     return out
+
+
+def torch_sgd_step(ref, loss, lr: float) -> dict:
+    """Backpropagate `loss` through transformers' `ref`, take one plain SGD step of `lr` on every
+    parameter -> its state dict as numpy (the reference weights a train step must reach)."""
+    loss.backward()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p -= lr * p.grad
+    return {k: v.numpy() for k, v in ref.state_dict().items()}

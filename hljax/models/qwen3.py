@@ -83,6 +83,16 @@ class SharedPrefix:
         kv_valid = jnp.concatenate([jnp.repeat(prefix_mask, self.G, axis=0), attention_mask], axis=1)
         self.attention = decode_mask(kv_valid, self.Lp, self.Ls, self.Lp + self.Ls)  # [B, Ls, Lp + Ls]
 
+    def embed(self, model, prefix_tokens: jax.Array, tokens: jax.Array):
+        """-> ((x, cos, sin) of the prefixes, (x, cos, sin) of the rows): embeddings and rotary tables
+        of a Qwen3 or Qwen3.5 `model`, at the positions above."""
+        cfg = model.cfg
+        inv_freq = np.asarray(model.inv_freq, np.float32)
+        act = (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_EMBED)
+        return tuple((shd.constrain(embed_lookup(model.embed, t, cfg.dtype), act),
+                      *cos_sin(pos, inv_freq, model.rope_scaling, cfg.dtype))
+                     for t, pos in ((prefix_tokens, self.prefix_positions), (tokens, self.positions)))
+
     def repeat(self, x: jax.Array) -> jax.Array:
         """[P, ...] per prefix -> [P * G, ...] per continuation row."""
         return jnp.repeat(x, self.G, axis=0)
@@ -236,12 +246,7 @@ class Qwen3(nnx.Module):
     def _shared_prefix_hidden_states(self, prefix_tokens, prefix_mask, tokens, attention_mask) -> jax.Array:
         cfg = self.cfg
         geo = SharedPrefix(prefix_mask, attention_mask)
-        inv_freq = np.asarray(self.inv_freq, np.float32)
-        cos_p, sin_p = cos_sin(geo.prefix_positions, inv_freq, self.rope_scaling, cfg.dtype)
-        cos_s, sin_s = cos_sin(geo.positions, inv_freq, self.rope_scaling, cfg.dtype)
-        act = (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_EMBED)
-        xp = shd.constrain(embed_lookup(self.embed, prefix_tokens, cfg.dtype), act)
-        xs = shd.constrain(embed_lookup(self.embed, tokens, cfg.dtype), act)
+        (xp, cos_p, sin_p), (xs, cos_s, sin_s) = geo.embed(self, prefix_tokens, tokens)
         call = remat_call if cfg.remat else (lambda l, *a: l(*a))
         for layer in self.layers:
             xp, kv = call(layer, xp, cos_p, sin_p, geo.prefix_attention, geo.empty_kv(cfg), 0)

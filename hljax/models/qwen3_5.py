@@ -247,12 +247,7 @@ class Qwen3_5(nnx.Module):
     def _shared_prefix_hidden_states(self, prefix_tokens, prefix_mask, tokens, attention_mask) -> jax.Array:
         cfg = self.cfg
         geo = SharedPrefix(prefix_mask, attention_mask)
-        inv_freq = np.asarray(self.inv_freq, np.float32)
-        cos_p, sin_p = cos_sin(geo.prefix_positions, inv_freq, self.rope_scaling, cfg.dtype)
-        cos_s, sin_s = cos_sin(geo.positions, inv_freq, self.rope_scaling, cfg.dtype)
-        act = (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_EMBED)
-        xp = shd.constrain(embed_lookup(self.embed, prefix_tokens, cfg.dtype), act)
-        xs = shd.constrain(embed_lookup(self.embed, tokens, cfg.dtype), act)
+        (xp, cos_p, sin_p), (xs, cos_s, sin_s) = geo.embed(self, prefix_tokens, tokens)
         call = remat_call if cfg.remat else (lambda l, *a: l(*a))
         empty_linear = init_cache(cfg, prefix_tokens.shape[0], 1)
         for i, layer in enumerate(self.layers):
