@@ -211,7 +211,7 @@ def main():
     B, L = args.batch, args.length
     data = make_batch(cfg, B, L)
     modes = ["sft", "grpo"] if args.mode == "both" else [args.mode]
-    ours = Ours(model, mesh, data, modes[0], min(L, 512))
+    ours = Ours(model, mesh, data, modes[0], LossConfig().logprob_chunk)
     peers = {}
     if args.peer == "on":
         with tempfile.TemporaryDirectory() as d:

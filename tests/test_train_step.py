@@ -56,9 +56,12 @@ def _params(model):
     return {"/".join(map(str, k)): np.asarray(v.get_value()) for k, v in nnx.to_flat_state(nnx.state(model))}
 
 
-def test_chunked_logprobs_match_transformers(tiny_untied):
+@pytest.mark.parametrize("lead", [0, 13])
+def test_chunked_logprobs_match_transformers(tiny_untied, lead):
+    """lead: tokens put before every prompt, so that the first completion starts mid-chunk, past a
+    chunk that no row reads (the chunks then start at the first read position)."""
     ref = transformers.AutoModelForCausalLM.from_pretrained(tiny_untied, attn_implementation="eager").eval()
-    seqs = pack(PROMPTS, COMPLETIONS, L)
+    seqs = pack([list(range(3, 3 + lead)) + p for p in PROMPTS], COMPLETIONS, L + lead)
     with torch.no_grad():
         logits = ref(input_ids=torch.from_numpy(seqs.tokens).long(),
                      attention_mask=torch.from_numpy(seqs.attention_mask).long()).logits.double()

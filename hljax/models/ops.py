@@ -58,7 +58,10 @@ def dense(x: jax.Array, w: nnx.Variable) -> jax.Array:
     k, out = math.prod(shape[:n_in]), shape[n_in:]
     n = math.prod(out)
     if packed_shape(w) is None:
-        return (x @ value.reshape(k, n).astype(x.dtype)).reshape(*x.shape[:-1], *out)
+        # As a 2D product: with the batch and length axes left apart, the gradient's weight product
+        # contracts two axes, and XLA:CPU lays the activation's gradient out transposed for it, a copy
+        # that cost a third of the small shape's train step.
+        return (x.reshape(-1, k) @ value.reshape(k, n).astype(x.dtype)).reshape(*x.shape[:-1], *out)
     y = cpu_decode.matmul_packed(x.reshape(-1, k).astype(jnp.float32), value, n)
     return y.astype(x.dtype).reshape(*x.shape[:-1], *out)
 
@@ -81,9 +84,9 @@ def project(h: jax.Array, w: jax.Array, vocab_major: bool) -> jax.Array:
 
     The tied embedding is contracted in its own layout: transposing a 151k x D matrix every decode
     step would cost more than the projection itself."""
-    eq = "BTD,VD->BTV" if vocab_major else "BTD,DV->BTV"
-    out = jnp.einsum(eq, h, w.astype(h.dtype), preferred_element_type=jnp.float32)
-    return shd.constrain(out, (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_VOCAB))
+    eq = "ND,VD->NV" if vocab_major else "ND,DV->NV"  # 2D for the reason `dense` gives.
+    out = jnp.einsum(eq, h.reshape(-1, h.shape[-1]), w.astype(h.dtype), preferred_element_type=jnp.float32)
+    return shd.constrain(out.reshape(*h.shape[:-1], -1), (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_VOCAB))
 
 
 def embed_lookup(embed: nnx.Variable, tokens: jax.Array, dtype) -> jax.Array:

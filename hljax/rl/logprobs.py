@@ -61,6 +61,11 @@ def sequence_logprobs(
         h = model.shared_prefix_hidden_states(prefix.tokens, prefix.attention_mask, seqs.tokens, seqs.attention_mask)
     targets = jnp.concatenate([seqs.tokens[:, 1:], jnp.zeros((B, 1), seqs.tokens.dtype)], axis=1)
     loss_mask = seqs.loss_mask
+    if masked_only:
+        # Chunks start at the first position any row reads, so that a prompt's positions fill no chunk
+        # that must run for a few completion positions (torch's `logits_to_keep` does the same work).
+        start = jnp.argmax((loss_mask > 0).any(axis=0))
+        h, targets, loss_mask = (jnp.roll(a, -start, axis=1) for a in (h, targets, loss_mask))
     C = min(chunk, L)
     n = -(-L // C)
     if n * C != L:  # Pad to whole chunks; the padding's log-probs are cut off below.
@@ -79,5 +84,7 @@ def sequence_logprobs(
         logp, ent = jax.lax.map(lambda xs: step(*xs), (hc, tc))  # [n, B, C]
     logp = logp.swapaxes(0, 1).reshape(B, n * C)[:, :L]
     ent = ent.swapaxes(0, 1).reshape(B, n * C)[:, :L]
+    if masked_only:
+        logp, ent = jnp.roll(logp, start, axis=1), jnp.roll(ent, start, axis=1)
     last = jnp.arange(L)[None, :] == L - 1
     return jnp.where(last, 0.0, logp), jnp.where(last, 0.0, ent)
