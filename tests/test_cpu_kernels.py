@@ -79,6 +79,34 @@ def test_pack_layout_is_column_panels_then_a_narrow_one(extra):
     assert not p[10 * P + 5 * extra :].any()
 
 
+@needs_kernels
+@pytest.mark.parametrize("N", [96, 101])
+def test_unpack_inverts_pack(N):
+    w = jnp.asarray(np.random.default_rng(N).standard_normal((33, N)), jnp.bfloat16)
+    np.testing.assert_array_equal(np.asarray(cpu_decode.unpack(cpu_decode.pack(w), 33, N)), np.asarray(w))
+
+
+@needs_kernels
+@pytest.mark.parametrize("bf16_dots", [True, False])
+def test_many_bf16_rows_take_xla_bf16_dot_on_a_cpu_with_bf16_dots(monkeypatch, bf16_dots):
+    """A prefill's rows (BF16_DOT_ROWS or more) of a packed bf16 weight: on a CPU with bf16 dots, XLA's
+    product of the bf16-rounded activations, no kernel call; otherwise the kernel on fp32 activations."""
+    monkeypatch.setattr(cpu_decode, "bf16_dots", lambda: bf16_dots)
+    rng = np.random.default_rng(0)
+    K, N, M = 64, 101, ops.BF16_DOT_ROWS
+    w, w64 = _bf16(rng.standard_normal((K, N)))
+    packed = nnx.Param(cpu_decode.pack(w), dense_in=1, packed_shape=(K, N))
+    x = rng.standard_normal((2, M // 2, K)).astype(np.float32)
+    fn = jax.jit(lambda x, p: ops.dense(x, nnx.Param(p, dense_in=1, packed_shape=(K, N))))
+    kernel_called = "hljax_matmul_packed" in fn.lower(x, packed[...]).as_text()
+    assert kernel_called is not bf16_dots
+    x64 = np.asarray(jnp.asarray(x, jnp.bfloat16).astype(jnp.float32), np.float64) if bf16_dots else x.astype(np.float64)
+    want = x64 @ w64
+    np.testing.assert_allclose(np.asarray(fn(x, packed[...])), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    few = jax.jit(lambda x, p: ops.dense(x, nnx.Param(p, dense_in=1, packed_shape=(K, N))))
+    assert "hljax_matmul_packed" in few.lower(x[:, :3], packed[...]).as_text()  # Decode's few rows: the kernel.
+
+
 def _attention_reference(q, k, v, valid, H):
     scores = np.einsum("bkgh,bksh->bkgs", q.astype(np.float64), k) * H**-0.5
     scores = np.where(valid[:, None, None, :], scores, -1e30)
@@ -173,9 +201,15 @@ def test_qwen3_5_kernel_decode_equals_xla_decode(tmp_path):
 
 
 @needs_kernels
-def test_bf16_kernel_engine_agrees_with_the_bf16_xla_engine(tiny_untied):
+@pytest.mark.parametrize("bf16_dots", [False, True])
+def test_bf16_kernel_engine_agrees_with_the_bf16_xla_engine(tiny_untied, monkeypatch, bf16_dots):
     """bf16 weights, activations and cache: the kernels accumulate in fp32 where XLA's bf16 dot may
-    round differently, so tokens agree for a while rather than exactly, and log-probs within bf16 noise."""
+    round differently, so tokens agree for a while rather than exactly, and log-probs within bf16 noise.
+    bf16_dots: every product of the kernel engine as on a CPU with bf16 dots and a prefill's many rows
+    (XLA's bf16 dot on the unpacked weight)."""
+    if bf16_dots:
+        monkeypatch.setattr(cpu_decode, "bf16_dots", lambda: True)
+        monkeypatch.setattr(ops, "BF16_DOT_ROWS", 1)
     mesh = shd.single_device_mesh()
     engines = [Engine(hf.load_hf(tiny_untied, mesh, dtype=jnp.bfloat16), mesh,
                       EngineConfig(max_batch=8, max_seq_len=128, cpu_kernels=mode)) for mode in ("on", "off")]

@@ -149,6 +149,23 @@ def pack(w: jax.Array) -> jax.Array:
     return jnp.concatenate(parts)
 
 
+def unpack(packed: jax.Array, k: int, n: int) -> jax.Array:
+    """The inverse of `pack`: packed panels of a [k, n] w -> w."""
+    panel = panel_width()
+    full, r = divmod(n, panel)
+    w = packed[: full * k * panel].reshape(full, k, panel).transpose(1, 0, 2).reshape(k, full * panel)
+    if r:
+        w = jnp.concatenate([w, packed[full * k * panel : (full * panel + r) * k].reshape(k, r)], axis=1)
+    return w
+
+
+@functools.lru_cache(maxsize=None)
+def bf16_dots() -> bool:
+    """Whether this CPU has bf16 dot-product instructions (AMX or AVX-512 BF16): XLA's bf16 products
+    into fp32 then outrun the kernels' fp32 FMAs on many rows (docs/benchmarks.md)."""
+    return bool({"amx_bf16", "avx512_bf16"} & _cpu_flags())
+
+
 def matmul_packed(x: jax.Array, packed: jax.Array, n: int) -> jax.Array:
     """x: [M, K] fp32; packed: pack(w) of a [K, n] w (fp32 or bf16) -> x @ w [M, n] fp32."""
     out = jax.ShapeDtypeStruct((x.shape[0], n), jnp.float32)

@@ -47,11 +47,18 @@ def packed_shape(w: nnx.Variable) -> tuple[int, ...] | None:
     return w.get_metadata().get("packed_shape")
 
 
+# Rows from which a bf16 packed product goes to XLA's bf16 dot on CPUs with bf16 dot instructions:
+# below, the kernel's fp32 FMAs win (the unpacking copy and the dot's start cost more than the rows
+# save); above, XLA's is 2-2.7x faster at 512 rows (Qwen3-0.6B projections, AMX host, docs/benchmarks.md).
+BF16_DOT_ROWS = 128
+
+
 def dense(x: jax.Array, w: nnx.Variable) -> jax.Array:
     """x: [..., prod(w.shape[:dense_in])] -> [..., *w.shape[dense_in:]] in x's dtype.
 
     A 2D view of the weight: XLA's CPU dot is several times faster on [D, N*H] than on a dot with
-    two output dimensions. A packed weight goes through the CPU kernel (fp32 activations inside)."""
+    two output dimensions. A packed weight goes through the CPU kernel (fp32 activations inside), or,
+    for a bf16 weight and at least `BF16_DOT_ROWS` rows on a CPU with bf16 dots, XLA's bf16 dot."""
     value = w[...]
     n_in = dense_in(w)
     shape = packed_shape(w) or value.shape
@@ -62,7 +69,14 @@ def dense(x: jax.Array, w: nnx.Variable) -> jax.Array:
         # contracts two axes, and XLA:CPU lays the activation's gradient out transposed for it, a copy
         # that cost a third of the small shape's train step.
         return (x.reshape(-1, k) @ value.reshape(k, n).astype(x.dtype)).reshape(*x.shape[:-1], *out)
-    y = cpu_decode.matmul_packed(x.reshape(-1, k).astype(jnp.float32), value, n)
+    rows = math.prod(x.shape[:-1])
+    if value.dtype == jnp.bfloat16 and rows >= BF16_DOT_ROWS and cpu_decode.bf16_dots():
+        # A prefill's many rows on a CPU with bf16 dot instructions: XLA's bf16 product (activations
+        # rounded to bf16, as a bf16 model computes) on the weight unpacked for the call.
+        y = jnp.dot(x.reshape(rows, k).astype(jnp.bfloat16), cpu_decode.unpack(value, k, n),
+                    preferred_element_type=jnp.float32)
+    else:
+        y = cpu_decode.matmul_packed(x.reshape(rows, k).astype(jnp.float32), value, n)
     return y.astype(x.dtype).reshape(*x.shape[:-1], *out)
 
 
