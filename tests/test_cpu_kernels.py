@@ -83,7 +83,7 @@ def test_pack_layout_is_column_panels_then_a_narrow_one(extra):
 @pytest.mark.parametrize("N", [96, 101])
 def test_unpack_inverts_pack(N):
     w = jnp.asarray(np.random.default_rng(N).standard_normal((33, N)), jnp.bfloat16)
-    np.testing.assert_array_equal(np.asarray(cpu_decode.unpack(cpu_decode.pack(w), 33, N)), np.asarray(w))
+    np.testing.assert_array_equal(np.asarray(cpu_decode.unpack(cpu_decode.pack(w), 33, N, after=w)), np.asarray(w))
 
 
 @needs_kernels
@@ -105,6 +105,25 @@ def test_many_bf16_rows_take_xla_bf16_dot_on_a_cpu_with_bf16_dots(monkeypatch, b
     np.testing.assert_allclose(np.asarray(fn(x, packed[...])), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     few = jax.jit(lambda x, p: ops.dense(x, nnx.Param(p, dense_in=1, packed_shape=(K, N))))
     assert "hljax_matmul_packed" in few.lower(x[:, :3], packed[...]).as_text()  # Decode's few rows: the kernel.
+
+
+@needs_kernels
+def test_the_bf16_dot_route_holds_one_layers_unpacked_weight_at_a_time(monkeypatch):
+    """Eight layers through the route: each unpacked copy lives for its own product only (XLA's
+    scheduler unpacked all eight at the program's start when the copy did not wait for its input)."""
+    monkeypatch.setattr(cpu_decode, "bf16_dots", lambda: True)
+    K = 20 * cpu_decode.panel_width()
+    ws = [cpu_decode.pack(jnp.asarray(np.random.default_rng(i).standard_normal((K, K)) * 0.02, jnp.bfloat16))
+          for i in range(8)]
+
+    def layers(x, ws):
+        for w in ws:
+            x = jnp.tanh(ops.dense(x, nnx.Param(w, dense_in=1, packed_shape=(K, K))))
+        return x
+
+    x = jnp.ones((ops.BF16_DOT_ROWS, K), jnp.float32)
+    temp = jax.jit(layers).lower(x, ws).compile().memory_analysis().temp_size_in_bytes
+    assert temp < 3 * ws[0].nbytes, (temp, ws[0].nbytes)
 
 
 def _attention_reference(q, k, v, valid, H):

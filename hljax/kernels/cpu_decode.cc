@@ -547,6 +547,28 @@ ffi::Error CopyRows(ffi::ThreadPool pool, ffi::AnyBuffer dst, ffi::AnyBuffer src
   return ffi::Error::Success();
 }
 
+ffi::Error Unpack(ffi::ThreadPool pool, ffi::AnyBuffer w, ffi::AnyBuffer after, ffi::Result<ffi::AnyBuffer> out) {
+  // w: a packed [K, N] matrix (1-D, f32 or bf16); out: [K, N] of its dtype, row-major. For XLA's bf16 dot
+  // on a prefill's many rows: XLA's own unpacking (a transpose of 48-column runs) moved under 1 GB/s.
+  // `after` is not read: the call waits for it (the product's input), so that XLA's scheduler cannot
+  // unpack every layer's weights at once at the start of the program and hold all the copies.
+  const auto wd = w.dimensions(), od = out->dimensions();
+  if (wd.size() != 1 || od.size() != 2 || w.element_type() != out->element_type() || !IsF32OrBf16(w.element_type()) ||
+      wd[0] != PackedLength(od[0], od[1]))
+    return ffi::Error::InvalidArgument("hljax_unpack: want w packed (1-D) f32 or bf16 and out [K, N] of its dtype");
+  const int64_t K = od[0], N = od[1], es = IsBf16(w.element_type()) ? 2 : 4;
+  const char* from = static_cast<const char*>(w.untyped_data());
+  char* to = static_cast<char*>(out->untyped_data());
+  // A panel at a time, read in order (its rows are `cols` apart): reading row k of every panel in turn
+  // instead strode K x kPw elements between reads and ran at a tenth of the speed.
+  ParallelFor(pool, (N + kPw - 1) / kPw, [=](int64_t p) {
+    const int64_t n0 = p * kPw, cols = std::min(kPw, N - n0);
+    const char* panel = from + n0 * K * es;
+    for (int64_t k = 0; k < K; ++k) std::memcpy(to + (k * N + n0) * es, panel + k * cols * es, size_t(cols * es));
+  });
+  return ffi::Error::Success();
+}
+
 ffi::Error TakeRows(ffi::AnyBuffer table, ffi::Buffer<ffi::S32> ids, ffi::ResultBuffer<ffi::F32> out) {
   // table: [V, D] f32 or bf16; ids: [N]; out: [N, D] f32, row n = table[ids[n]] (NaN for an id outside
   // [0, V), as jnp.take). XLA:CPU gathers a bf16 table by first converting (or bit-casting) all of it.
@@ -613,6 +635,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(HljaxCopyRows, CopyRows,
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::AnyBuffer>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HljaxUnpack, Unpack,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(HljaxTakeRows, TakeRows,

@@ -123,7 +123,8 @@ def availability() -> str | None:
         return f"the library's panel width {lib.HljaxPanelWidth()} is not {ISAS[name][1]} (stale build?)"
     for target, symbol in (("hljax_matmul_packed", lib.HljaxMatmulPacked), ("hljax_matmul_nt", lib.HljaxMatmulNt),
                            ("hljax_decode_attention", lib.HljaxDecodeAttention), ("hljax_kv_write", lib.HljaxKvWrite),
-                           ("hljax_take_rows", lib.HljaxTakeRows), ("hljax_copy_rows", lib.HljaxCopyRows)):
+                           ("hljax_take_rows", lib.HljaxTakeRows), ("hljax_copy_rows", lib.HljaxCopyRows),
+                           ("hljax_unpack", lib.HljaxUnpack)):
         jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
     return None
 
@@ -149,14 +150,11 @@ def pack(w: jax.Array) -> jax.Array:
     return jnp.concatenate(parts)
 
 
-def unpack(packed: jax.Array, k: int, n: int) -> jax.Array:
-    """The inverse of `pack`: packed panels of a [k, n] w -> w."""
-    panel = panel_width()
-    full, r = divmod(n, panel)
-    w = packed[: full * k * panel].reshape(full, k, panel).transpose(1, 0, 2).reshape(k, full * panel)
-    if r:
-        w = jnp.concatenate([w, packed[full * k * panel : (full * panel + r) * k].reshape(k, r)], axis=1)
-    return w
+def unpack(packed: jax.Array, k: int, n: int, after: jax.Array) -> jax.Array:
+    """The inverse of `pack`: packed panels of a [k, n] w -> w, in a new buffer (memory-bound copies of
+    each panel row; XLA's transpose of the same ran under 1 GB/s). `after` (not read): an array the
+    copy waits for, the product's input, so that each layer's copy lives only for its product."""
+    return jax.ffi.ffi_call("hljax_unpack", jax.ShapeDtypeStruct((k, n), packed.dtype))(packed, after)
 
 
 @functools.lru_cache(maxsize=None)

@@ -49,7 +49,8 @@ def packed_shape(w: nnx.Variable) -> tuple[int, ...] | None:
 
 # Rows from which a bf16 packed product goes to XLA's bf16 dot on CPUs with bf16 dot instructions:
 # below, the kernel's fp32 FMAs win (the unpacking copy and the dot's start cost more than the rows
-# save); above, XLA's is 2-2.7x faster at 512 rows (Qwen3-0.6B projections, AMX host, docs/benchmarks.md).
+# save); XLA's was 0.7x the kernel at 64 rows, 1.1-1.2x at 128 and 1.7-1.9x at 256 (Qwen3-0.6B
+# projections, one each, AMX host).
 BF16_DOT_ROWS = 128
 
 
@@ -72,9 +73,10 @@ def dense(x: jax.Array, w: nnx.Variable) -> jax.Array:
     rows = math.prod(x.shape[:-1])
     if value.dtype == jnp.bfloat16 and rows >= BF16_DOT_ROWS and cpu_decode.bf16_dots():
         # A prefill's many rows on a CPU with bf16 dot instructions: XLA's bf16 product (activations
-        # rounded to bf16, as a bf16 model computes) on the weight unpacked for the call.
-        y = jnp.dot(x.reshape(rows, k).astype(jnp.bfloat16), cpu_decode.unpack(value, k, n),
-                    preferred_element_type=jnp.float32)
+        # rounded to bf16, as a bf16 model computes) on the weight unpacked for the call, the copy
+        # made once the input is there (so that one layer's copy at a time is held).
+        x2 = x.reshape(rows, k).astype(jnp.bfloat16)
+        y = jnp.dot(x2, cpu_decode.unpack(value, k, n, after=x2), preferred_element_type=jnp.float32)
     else:
         y = cpu_decode.matmul_packed(x.reshape(rows, k).astype(jnp.float32), value, n)
     return y.astype(x.dtype).reshape(*x.shape[:-1], *out)
