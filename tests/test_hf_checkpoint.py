@@ -163,3 +163,24 @@ def test_unsupported_config_values_are_named(tiny_untied, tmp_path):
         json.dump(cfg, open(cfg_file, "w"))
         with pytest.raises(ConfigError, match=r"config\.json: .*" + pattern):
             hf.load_hf(path)
+
+
+def test_a_real_shape_preset_carries_a_tokenizer_with_its_special_ids(tmp_path, monkeypatch):
+    """Random weights of a real shape (here Qwen3-0.6B's layout at a small width) run end to end: the
+    folder holds the bundled tokenizer with its chat template, and the config's eos / pad ids are that
+    tokenizer's, inside the vocabulary (the 0.6B preset wrote no tokenizer, and GRPO stopped at its first
+    prompt: "tokenizer.chat_template is not set")."""
+    from hljax.checkpoint import presets
+    from hljax.models.config import ModelConfig
+
+    small = dict(vocab_size=8192, hidden_size=64, intermediate_size=128, num_layers=1, num_heads=2, num_kv_heads=1,
+                 head_dim=32)
+    monkeypatch.setitem(presets.PRESETS, "qwen3-small-shape", lambda **kw: ModelConfig.qwen3_0p6b(**small, **kw))
+    out = presets.init_model("qwen3-small-shape", str(tmp_path / "m"))
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    assert tok.chat_template and len(tok) <= small["vocab_size"]
+    config = json.load(open(os.path.join(out, "config.json")))
+    assert config["eos_token_id"] == [tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")]
+    assert config["bos_token_id"] is None
+    ref = transformers.AutoModelForCausalLM.from_pretrained(out)  # Loads as transformers' Qwen3.
+    assert ref.config.vocab_size == small["vocab_size"] and ref.config.num_hidden_layers == 1

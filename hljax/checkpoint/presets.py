@@ -24,14 +24,15 @@ def init_model(preset: str, out: str, seed: int = 0, *, writer: str = "launch.in
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     tokenizer = transformers.AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+    ids = tokenizer.convert_tokens_to_ids
+    special = dict(eos_token_ids=(ids("<|im_end|>"), ids("<|endoftext|>")), pad_token_id=ids("<|endoftext|>"))
     if preset.startswith("tiny"):
         vocab = -(-len(tokenizer) // 64) * 64  # Round up: friendlier matmul shapes.
-        ids = tokenizer.convert_tokens_to_ids
-        cfg = PRESETS[preset](vocab, eos_token_ids=(ids("<|im_end|>"), ids("<|endoftext|>")),
-                              pad_token_id=ids("<|endoftext|>"))
+        cfg = PRESETS[preset](vocab, **special)
     else:
-        cfg = PRESETS[preset]()
+        # A real shape with random weights (benchmarks, memory and speed at scale, without a hub) carries
+        # the bundled tokenizer too, whose ids are a subset of its vocabulary, so that it runs end to
+        # end (GRPO needs a chat template); a real checkpoint's folder brings its own tokenizer.
+        cfg = PRESETS[preset](bos_token_id=None, **special)
     model = registry.create(cfg, shd.make_mesh(), seed=seed)
-    # The bundled tokenizer only fits the tiny vocabulary; real presets take their own tokenizer.
-    return hf.save_hf(model, out, dtype="float32", source_dir=TOKENIZER_DIR if preset.startswith("tiny") else None,
-                      writer=writer, replace=replace)
+    return hf.save_hf(model, out, dtype="float32", source_dir=TOKENIZER_DIR, writer=writer, replace=replace)
