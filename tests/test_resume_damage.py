@@ -177,3 +177,25 @@ def test_abandoned_orbax_reads_are_quiet_and_other_lost_task_errors_still_print(
         gc.collect()
     lost = [r for r in caplog.records if r.name == "asyncio"]
     assert len(lost) == 1 and "not orbax" in str(lost[0].exc_info[1]), [r.getMessage()[:200] for r in lost]
+
+
+def test_closed_loop_reports_from_native_threads_are_dropped_and_others_still_print(capsys):
+    """TensorStore hands an abandoned read's result to orbax's closed loop from its own thread and prints
+    the error through sys.excepthook (seen in CI on a fast host, before the failed read reached the
+    restore's except); the same error raised from Python code still prints."""
+    import asyncio
+    import sys
+
+    from hljax.checkpoint import orbax as ob
+
+    ob._quiet_closed_loop_reports()
+    loop = asyncio.new_event_loop()
+    loop.close()
+    try:
+        loop.call_soon_threadsafe(print)
+    except RuntimeError as e:
+        err = e
+    sys.excepthook(type(err), err, err.__traceback__.tb_next)  # As native code sees it: from call_soon_threadsafe.
+    assert capsys.readouterr().err == ""
+    sys.excepthook(type(err), err, err.__traceback__)  # Raised from this test's code.
+    assert "Event loop is closed" in capsys.readouterr().err

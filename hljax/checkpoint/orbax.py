@@ -112,6 +112,9 @@ class TrainCheckpointer:
         CheckpointUnreadable names every step and why."""
         failed: list[tuple[int, str]] = []
         found = None
+        # Before the first read: a failed read's sibling reads report as soon as their loop is closed,
+        # before the failure reaches the except below (seen on a fast host).
+        _quiet_closed_loop_reports()
         with _abandoned_reads_collected():
             for step in reversed(self.all_steps()):
                 try:
@@ -119,8 +122,6 @@ class TrainCheckpointer:
                     break
                 except Exception as e:  # noqa: BLE001 - any failure to read back; the caller is told which.
                     failed.append((step, why(e)))
-        if failed:
-            _quiet_closed_loop_reports()
         if found is not None:
             return found[0], found[1], failed
         if failed:
@@ -211,11 +212,18 @@ def _closed_loop(exc: BaseException | None) -> bool:
     return isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed"
 
 
+def _loop_callback_from_native(exc: BaseException | None, tb) -> bool:
+    """An "Event loop is closed" raised in `call_soon_threadsafe` called from native code (its traceback
+    starts there): TensorStore handing an abandoned read's result to orbax's closed loop."""
+    return _closed_loop(exc) and tb is not None and tb.tb_frame.f_code.co_name == "call_soon_threadsafe"
+
+
 def _quiet_closed_loop_reports() -> None:
     """For the rest of the process (the abandoned reads' threads report at any time): their "Event loop
-    is closed" errors are dropped wherever they would print (logging, a thread's end, unraisable)."""
+    is closed" errors are dropped wherever they would print (logging, a thread's end, unraisable, and
+    TensorStore's own threads, which print through sys.excepthook)."""
     logging.getLogger("concurrent.futures").addFilter(_CLOSED_LOOP_NOISE)
-    thread_hook, unraisable_hook = threading.excepthook, sys.unraisablehook
+    thread_hook, unraisable_hook, except_hook = threading.excepthook, sys.unraisablehook, sys.excepthook
     if getattr(thread_hook, "_hljax_quiet", False):
         return
 
@@ -227,8 +235,12 @@ def _quiet_closed_loop_reports() -> None:
         if not _closed_loop(unraisable.exc_value):
             unraisable_hook(unraisable)
 
+    def on_except(exc_type, exc, tb):
+        if not _loop_callback_from_native(exc, tb):
+            except_hook(exc_type, exc, tb)
+
     on_thread._hljax_quiet = True
-    threading.excepthook, sys.unraisablehook = on_thread, on_unraisable
+    threading.excepthook, sys.unraisablehook, sys.excepthook = on_thread, on_unraisable, on_except
 
 
 @contextlib.contextmanager
