@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -49,19 +50,37 @@ def one_line(text: str, limit: int = 600) -> str:
 
 def check_run_dir(run_dir: str, key: str = "run_dir") -> None:
     """`run_dir` can be created and written: a probe file is written there and deleted, and so are
-    the folders made for it, so a failed start leaves nothing behind."""
+    the folders made for it, so a failed start leaves nothing behind. Safe when every process of a
+    multi-process job probes the same new run_dir at once: a folder a peer removed is made again,
+    and one a peer's probe still holds is left for that peer to remove."""
     probe = os.path.join(run_dir, f".preflight-{socket.gethostname()}-{os.getpid()}")
     made = _missing_folders(run_dir)
     try:
-        os.makedirs(run_dir, exist_ok=True)
-        with open(probe, "w") as f:
-            f.write("probe")
+        for attempt in range(_PROBE_TRIES):
+            try:
+                os.makedirs(run_dir, exist_ok=True)
+                with open(probe, "w") as f:
+                    f.write("probe")
+                break
+            except (FileNotFoundError, FileExistsError):  # A peer removed a folder it had made while we made
+                # ours or opened the probe (makedirs says "exists" when the folder went between its mkdir and check).
+                if attempt == _PROBE_TRIES - 1:
+                    raise
         os.remove(probe)
         for folder in made:  # Deepest first; the run makes them again when it starts.
-            os.rmdir(folder)
+            try:
+                os.rmdir(folder)
+            except FileNotFoundError:  # A peer removed it first.
+                pass
+            except OSError as e:
+                if e.errno != errno.ENOTEMPTY:  # Not empty: a peer's probe or folder, the peer removes it.
+                    raise
     except OSError as e:
         raise PreflightError(f"{key}: cannot write in {run_dir!r} ({e.strerror or e}): give --config.{key} a path "
                              "whose folders you can create and write") from None
+
+
+_PROBE_TRIES = 100
 
 
 def _missing_folders(path: str) -> list[str]:
@@ -75,8 +94,13 @@ def _missing_folders(path: str) -> list[str]:
 
 def check_disk(run_dir: str, need_bytes: int, why: str) -> None:
     """At least `need_bytes` free on `run_dir`'s file system (`why`: how the number was reached)."""
-    missing = _missing_folders(run_dir)  # Preflight made and removed them: measure the disk they will be on.
-    free = shutil.disk_usage(os.path.dirname(missing[-1]) if missing else run_dir).free
+    path = os.path.abspath(run_dir)
+    while True:
+        try:
+            free = shutil.disk_usage(path).free
+            break
+        except FileNotFoundError:  # Not made yet (or a peer's preflight just removed it): its disk is its parent's.
+            path = os.path.dirname(path)
     if free < need_bytes:
         raise PreflightError(f"run_dir={run_dir!r}: {_gb(free)} free on its disk, the run needs about {_gb(need_bytes)} "
                              f"({why}): free space, lower checkpoint.keep, or put run_dir on a larger disk")

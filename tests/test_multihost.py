@@ -186,8 +186,14 @@ def _run(out, model, n_proc, *extra, timeout=400):
     finally:
         for p in procs:
             p.kill()
-    for i, (p, log) in enumerate(zip(procs, logs)):
-        assert p.returncode == 0, f"process {i} of {n_proc} failed:\n{log[-4000:]}"
+    _assert_all_exited_0(procs, logs)
+
+
+def _assert_all_exited_0(procs, logs):
+    # Every failed process's log: the first to fail is often not process 0 (the others wait on it).
+    failed = [f"process {i} of {len(procs)} exited {p.returncode}:\n{log[-4000:]}"
+              for i, (p, log) in enumerate(zip(procs, logs)) if p.returncode != 0]
+    assert not failed, "\n\n".join(failed)
 
 
 def _npz(path) -> dict[str, np.ndarray]:
@@ -287,8 +293,7 @@ def _train(run_dir, n_proc, *overrides):
     finally:
         for p in procs:
             p.kill()
-    for i, (p, log) in enumerate(zip(procs, logs)):
-        assert p.returncode == 0, f"process {i} of {n_proc} failed:\n{log[-4000:]}"
+    _assert_all_exited_0(procs, logs)
     return logs
 
 

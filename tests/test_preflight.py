@@ -202,6 +202,34 @@ def test_disk_estimate_says_its_numbers(tmp_path, monkeypatch):
     preflight.check_disk(str(tmp_path), 10**8, "x")
 
 
+_PROBER = """
+import os, sys
+from hljax import preflight
+root, n = sys.argv[1], int(sys.argv[2])
+bad = []
+for i in range(n):
+    run_dir = os.path.join(root, f"r{i}", "run")
+    try:
+        preflight.check_run_dir(run_dir)
+        preflight.check_disk(run_dir, 1, "x")
+    except preflight.PreflightError as e:
+        bad.append(str(e))
+print(len(bad), bad[:1])
+"""
+
+
+def test_processes_of_one_job_probe_the_same_new_run_dir_at_once(tmp_path):
+    """Every process of a multi-process job runs preflight on the same run_dir; one removing the folders
+    it made must not fail a peer that is writing its probe there (CI saw process 1 exit 2 this way)."""
+    procs = [subprocess.Popen([sys.executable, "-c", _PROBER, str(tmp_path), "300"], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": ROOT}) for _ in range(3)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert [o.split()[0] for o in outs] == ["0"] * 3, outs
+    left = [os.path.join(d, f) for d, _, files in os.walk(tmp_path) for f in files]
+    assert not left, left[:3]  # Probes all removed; at most empty folders a peer's probe held stay.
+
+
 def test_qa_files_and_presets(tmp_path):
     data = tmp_path / "hotpot.json"
     data.write_text("[]")
