@@ -32,4 +32,7 @@ def get_config():
     c.solver.max_calls = 8
     c.solver.max_tokens = 8192
     c.prompt.report_max_chars = 700
+    # The longest task description of any family the tiny proposer trains on is 293 tokens (SFT and RL
+    # families); a held-out family's runs to 1,424, past the positions it was ever trained on (issue 33).
+    c.prompt.task_max_tokens = 320
     return c

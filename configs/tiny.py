@@ -65,5 +65,8 @@ def get_config():
     c.tasks.feedback = 3
     c.tasks.pool_size = 2000
     c.prompt.report_max_chars = 700
+    # The longest task description of any family the tiny proposer trains on is 293 tokens (SFT and RL
+    # families); a held-out family's runs to 1,424, past the positions it was ever trained on (issue 33).
+    c.prompt.task_max_tokens = 320
     c.checkpoint.every = 50
     return c

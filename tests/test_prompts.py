@@ -62,6 +62,32 @@ def test_report_budget_is_applied():
     assert len(section) <= 1000 and report.render().startswith(section[:100])
 
 
+def test_task_description_budget_cuts_to_the_longest_head_that_fits():
+    import os
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(os.path.join(os.path.dirname(prompts.__file__), "..", "assets",
+                                                                  "tokenizer"))
+    n_tokens = lambda text: len(tok.encode(text, add_special_tokens=False))  # noqa: E731 - the reference count
+    proposer = type("P", (), {"tokenizer": tok})()
+    budget = prompts.PromptConfig(task_max_tokens=100)
+    count = prompts.token_counter(budget, proposer)
+    # Qwen's tokenizer splits digits one per token: one more character is one more token.
+    grid = "Find the pattern.\n" + "\n".join("".join(str((r * c) % 10) for c in range(30)) for r in range(20))
+    user = prompts.user_prompt(grid, "def solve(q, s):\n    return q\n", _report(), config=budget, count_tokens=count)
+    shown = user.split("## Task\n")[1].split("\n\n## Harness contract")[0]
+    head, marker = shown.rsplit("\n", 1)
+    assert n_tokens(shown) <= 100 < n_tokens(grid)
+    assert grid.startswith(head) and marker == f"[... {len(grid) - len(head)} more characters of the task description not shown]"
+    longer = grid[:len(head) + 1 + len(grid[len(head):]) - len(grid[len(head):].lstrip())]  # One more visible char.
+    assert n_tokens(f"{longer}\n[... {len(grid) - len(longer)} more characters of the task description not shown]") > 100
+    short = prompts.user_prompt("Add two numbers.", "x", _report(), config=budget, count_tokens=count)
+    assert "## Task\nAdd two numbers.\n\n" in short  # Within budget: whole, no marker.
+    assert prompts.token_counter(prompts.PromptConfig(), proposer) is None  # No budget in tokens: no counting.
+    with pytest.raises(ValueError, match="task_max_tokens needs the proposer's tokenizer"):
+        prompts.user_prompt(grid, "x", _report(), config=budget)
+
+
 def test_contract_check():
     assert contract.check(seeds.load("reasoning")) is None
     assert contract.check(seeds.load("multihop_qa")) is None

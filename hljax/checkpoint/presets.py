@@ -12,7 +12,7 @@ from hljax.models import registry
 from hljax.models.config import ModelConfig
 
 TOKENIZER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "tokenizer")
-PRESETS = {"tiny": ModelConfig.tiny, "tiny-hd128": ModelConfig.tiny_hd128, "tiny-qwen3.5": ModelConfig.tiny_qwen3_5, "qwen3-0.6b": ModelConfig.qwen3_0p6b,
+PRESETS = {"tiny": ModelConfig.tiny, "tiny-deep": ModelConfig.tiny_deep, "tiny-hd128": ModelConfig.tiny_hd128, "tiny-qwen3.5": ModelConfig.tiny_qwen3_5, "qwen3-0.6b": ModelConfig.qwen3_0p6b,
            "qwen3-4b": ModelConfig.qwen3_4b, "qwen3.5-4b": ModelConfig.qwen3_5_4b}
 
 

@@ -30,6 +30,11 @@ class PromptConfig:
 
     report_max_chars: int = 6000  # The execution report is shrunk to fit (see ExecutionReport.render).
     report_max_tokens: int | None = None  # Also a token budget, when a tokenizer count is given.
+    # The task description is cut to this many tokens of the proposer's tokenizer, with a marker
+    # saying how much was cut; None: whole, the paper's prompt. A small proposer reads garbage past
+    # the positions it was trained on (issue 33: held-out descriptions of 1,000-1,400 tokens, where the
+    # training families' are at most 293, put the tiny proposer's prompts past 2,000 tokens).
+    task_max_tokens: int | None = None
     system_prompt: str = SYSTEM_PROMPT  # The proposer's system message ("": none).
     history: HistoryConfig = HistoryConfig()  # Earlier candidates of the run (off: the paper's prompt).
     # "empty": the report section says only EMPTY_REPORT, whatever the harness did: an ablation that
@@ -41,6 +46,8 @@ class PromptConfig:
             raise ValueError(f"report must be 'full' or 'empty', got {self.report!r}")
         if self.report_max_chars < 200:
             raise ValueError(f"report_max_chars must be >= 200, got {self.report_max_chars}")
+        if self.task_max_tokens is not None and self.task_max_tokens < 32:
+            raise ValueError(f"task_max_tokens must be >= 32 or None, got {self.task_max_tokens}")
 
 
 def user_prompt(
@@ -57,7 +64,7 @@ def user_prompt(
         max_chars=config.report_max_chars, max_tokens=config.report_max_tokens, count_tokens=count_tokens
     )
     sections = [
-        ("Task", task_description.strip()),
+        ("Task", fit_description(task_description.strip(), config.task_max_tokens, count_tokens)),
         ("Harness contract", contract.describe(tools)),
         ("Current harness", f"```python\n{harness.rstrip()}\n```"),
         ("Execution report of the current harness on feedback questions", rendered),
@@ -67,6 +74,39 @@ def user_prompt(
     sections.append(("Your answer", edits.FORMAT_SPEC))
     body = "\n\n".join(f"## {title}\n{text}" for title, text in sections)
     return body + "\n\nChange the harness so that it answers more questions correctly. Reply with edit blocks."
+
+
+def fit_description(text: str, max_tokens: int | None, count_tokens: Callable[[str], int] | None) -> str:
+    """`text` whole, or its longest head within `max_tokens` (marker included) and a marker."""
+    if max_tokens is None:
+        return text
+    if count_tokens is None:
+        raise ValueError("prompt.task_max_tokens needs the proposer's tokenizer to count with (a server proposer "
+                         "given by URL alone has none: give its HF folder too)")
+    if count_tokens(text) <= max_tokens:
+        return text
+
+    def cut(n: int) -> str:
+        head = text[:n].rstrip()
+        return f"{head}\n[... {len(text) - len(head)} more characters of the task description not shown]"
+
+    lo, hi = 0, len(text)
+    while lo < hi:  # The longest head that fits, by bisection on characters.
+        mid = (lo + hi + 1) // 2
+        if count_tokens(cut(mid)) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return cut(lo)
+
+
+def token_counter(config: PromptConfig, proposer) -> Callable[[str], int] | None:
+    """What `config`'s token budgets count with: the tokenizer `proposer` (a Generator) renders its chat
+    template with; None when no budget is in tokens, or the proposer has no tokenizer."""
+    if config.task_max_tokens is None and config.report_max_tokens is None or proposer.tokenizer is None:
+        return None
+    tokenizer = proposer.tokenizer
+    return lambda text: len(tokenizer.encode(text, add_special_tokens=False))
 
 
 def history_text(history: Sequence[HistoryEntry], config: PromptConfig = PromptConfig(),

@@ -18,7 +18,7 @@ import numpy as np
 
 from hljax.config import FLAT
 from hljax.generate.types import Completion, Generator, Sampling, SamplingParams
-from hljax.harness.prompts import PromptConfig, history_text
+from hljax.harness.prompts import PromptConfig, history_text, token_counter
 from hljax.loop import records as rec
 from hljax.loop.history import entries_from_rounds, store_code
 from hljax.loop import rewards as rw
@@ -135,7 +135,7 @@ def run_adaptation(
             if prompt.history.enabled else ()
         state = build_state(pool, task, code, t, history)
         sampling = cfg.sampling.params(seed=derive_seed(seed, task.name, run_index, t))
-        completions = propose(proposer, state.messages(prompt), sampling, cfg.proposals, enable_thinking)
+        completions = propose(proposer, state.messages(prompt, token_counter(prompt, proposer)), sampling, cfg.proposals, enable_thinking)
         ids = [rec.candidate_id(t, i) for i in range(len(completions))]
         judged = judge(pool, task, code, [c.text for c in completions], scoring, ids, current, reward)
         for c, cand_code in judged:

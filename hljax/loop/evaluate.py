@@ -27,7 +27,7 @@ from hljax.endpoints import Endpoint, GeneratorSpec, solver_spec, to_generator_s
 from hljax.tasks.simulated_solver import LABEL as SIMULATED_LABEL
 from hljax.loop import records as rec
 from hljax.loop import tables
-from hljax.harness.prompts import PromptConfig, history_text
+from hljax.harness.prompts import PromptConfig, history_text, token_counter
 from hljax.loop.adapt import judge, propose, question_scores, run_adaptation
 from hljax.loop.revision import build_state
 from hljax.loop.run_config import HISTORY_SUFFIX, EvalRunConfig, ProposerEntry
@@ -90,7 +90,7 @@ def single_revision(cfg: EvalRunConfig, task: Task, seed_code: str, proposer, po
     store.put_harness(rec.SEED_ID, seed_code)
     state = build_state(pool, task, seed_code, 0)
     sampling = cfg.adapt.sampling.params(seed=derive_seed(cfg.seed, task.name, "single"))
-    completions = propose(proposer, state.messages(prompt), sampling, cfg.adapt.proposals,
+    completions = propose(proposer, state.messages(prompt, token_counter(prompt, proposer)), sampling, cfg.adapt.proposals,
                           cfg.proposer.enable_thinking)
     ids = [rec.candidate_id(0, i) for i in range(len(completions))]
     judged = judge(pool, task, seed_code, [c.text for c in completions], evalq, ids, rec.SEED_ID, cfg.reward)

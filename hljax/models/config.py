@@ -129,6 +129,12 @@ class ModelConfig:
         return cls(**{**args, **overrides})
 
     @classmethod
+    def tiny_deep(cls, vocab_size: int, **overrides) -> ModelConfig:
+        """The embedded default with 4 layers instead of 2 (issue 33: a proposer that copies spans of a
+        long prompt more exactly); about 1.3x its cost per token."""
+        return cls.tiny(vocab_size, **{"num_layers": 4, **overrides})
+
+    @classmethod
     def tiny_hd128(cls, vocab_size: int, **overrides) -> ModelConfig:
         """The embedded default with sglang-jax's head size (its attention needs a multiple of 128): the
         proposer of the sglang-jax tests."""

@@ -29,7 +29,7 @@ from hljax.checkpoint import hf
 from hljax.config import TaskSpec
 from hljax.endpoints import Endpoint, GeneratorSpec
 from hljax.generate.types import Completion, InMemoryTrainable, TrainableGenerator, render_chat
-from hljax.harness.prompts import PromptConfig
+from hljax.harness.prompts import PromptConfig, token_counter
 from hljax.loop import rewards as rw
 from hljax.loop.revision import candidate, score_candidates
 from hljax.loop.selection import BestOfG, Scored
@@ -175,7 +175,8 @@ class Rollouts:
         # A state's report comes from sandbox runs (once per state, then cached): sandbox time.
         self.prepare(step, slots)
         states = [self.states.state(step, i, g.prompts_per_step) for i in slots]
-        conversations = [s.messages(self.prompt) for s in states]
+        count = token_counter(self.prompt, self.proposer)
+        conversations = [s.messages(self.prompt, count) for s in states]
         t0 = time.perf_counter()
 
         def propose(k):
