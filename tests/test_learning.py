@@ -3,9 +3,10 @@
 Each family has its own weaknesses of the simulated solver, seen only in the report
 (hljax/tasks/bottlenecks.py), and SFT chose fixes without regard to them, so a proposer can only tie
 a report's symptom to its fix through GRPO's reward. The test trains configs/learning.py (seed 0:
-SFT of 1,000 steps on generated rows, 40 GRPO steps on the 5 RL families; about 35 min on 2 idle
-cores), then asks the RL proposer for single-step edits on the 21 held-out families (never seen in
-GRPO) with the report and with an empty one: with the report it must score more.
+the 4-layer tiny proposer, SFT of 1,000 steps on generated rows, 40 GRPO steps on the 5 RL families;
+about 20 min on 2 idle cores), then asks the RL proposer for single-step edits on the 21 held-out
+families (never seen in GRPO) with the report and with an empty one: with the report it must score
+more, by REPORT_MARGIN.
 
 Too long for CI's 45 minutes, so it runs on request: `HLJAX_LEARNING=1 scripts/test.sh -m learning`.
 `HLJAX_LEARNING_RUN=<run dir>` evaluates a finished run instead of training one (a run of
@@ -24,14 +25,16 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.environ.get("HLJAX_LEARNING_RUN")
-# bench/learning.py at temperature 0.1, held out, single step (2026-12-06): the RL proposer beat itself
-# given an empty report by 0.038, 0.049 and 0.045 in seeds 0, 1 and 2.
-REPORT_MARGIN = 0.02
+# bench/learning.py at temperature 0.1, held out, single step (2026-12-06, the 4-layer recipe): the RL
+# proposer beat itself given an empty report by 0.124 and 0.092 in seeds 0 and 1 (seed 2's GRPO did not
+# learn to read: -0.003). The blind mutant (GRPO on a constant report) came out +0.025, which the
+# earlier margin of 0.02 let pass.
+REPORT_MARGIN = 0.05
 TEMPERATURE = 0.1  # bench/learning.py's evaluation temperature (chosen on the RL families).
 
 pytestmark = [pytest.mark.learning, pytest.mark.timeout(4 * 3600),
               pytest.mark.skipif(os.environ.get("HLJAX_LEARNING") != "1" and not RUN,
-                                 reason="about 35 min: HLJAX_LEARNING=1 (or HLJAX_LEARNING_RUN=<run dir>) runs it")]
+                                 reason="about 25 min: HLJAX_LEARNING=1 (or HLJAX_LEARNING_RUN=<run dir>) runs it")]
 
 
 def _run(argv, timeout):
