@@ -135,7 +135,8 @@ def run_adaptation(
             if prompt.history.enabled else ()
         state = build_state(pool, task, code, t, history)
         sampling = cfg.sampling.params(seed=derive_seed(seed, task.name, run_index, t))
-        completions = propose(proposer, state.messages(prompt, token_counter(prompt, proposer)), sampling, cfg.proposals, enable_thinking)
+        messages = state.messages(prompt, token_counter(prompt, proposer))
+        completions = propose(proposer, messages, sampling, cfg.proposals, enable_thinking)
         ids = [rec.candidate_id(t, i) for i in range(len(completions))]
         judged = judge(pool, task, code, [c.text for c in completions], scoring, ids, current, reward)
         for c, cand_code in judged:

@@ -90,8 +90,8 @@ def single_revision(cfg: EvalRunConfig, task: Task, seed_code: str, proposer, po
     store.put_harness(rec.SEED_ID, seed_code)
     state = build_state(pool, task, seed_code, 0)
     sampling = cfg.adapt.sampling.params(seed=derive_seed(cfg.seed, task.name, "single"))
-    completions = propose(proposer, state.messages(prompt, token_counter(prompt, proposer)), sampling, cfg.adapt.proposals,
-                          cfg.proposer.enable_thinking)
+    messages = state.messages(prompt, token_counter(prompt, proposer))
+    completions = propose(proposer, messages, sampling, cfg.adapt.proposals, cfg.proposer.enable_thinking)
     ids = [rec.candidate_id(0, i) for i in range(len(completions))]
     judged = judge(pool, task, seed_code, [c.text for c in completions], evalq, ids, rec.SEED_ID, cfg.reward)
     for c, code in judged:
