@@ -8,10 +8,12 @@ import io
 import os
 
 import pytest
+import transformers
 
 from configs import adapt_tiny
 from hljax.config import ConfigError
 from hljax import endpoints
+from hljax.checkpoint.presets import TOKENIZER_DIR
 from hljax.harness import history as hh
 from hljax.loop import evaluate, html_report
 from hljax.loop import records as rec
@@ -47,6 +49,8 @@ class Recording(Proposer):
     def __init__(self):
         super().__init__()
         self.prompts = []
+        # Its prompts' task descriptions are cut to adapt_tiny's token budget, as a served proposer's are.
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(TOKENIZER_DIR)
 
     def chat(self, conversations, sampling, **kw):
         self.prompts.append(conversations[0][-1]["content"])

@@ -84,6 +84,7 @@ def test_task_description_budget_cuts_to_the_longest_head_that_fits():
     short = prompts.user_prompt("Add two numbers.", "x", _report(), config=budget, count_tokens=count)
     assert "## Task\nAdd two numbers.\n\n" in short  # Within budget: whole, no marker.
     assert prompts.token_counter(prompts.PromptConfig(), proposer) is None  # No budget in tokens: no counting.
+    assert prompts.token_counter(budget, object()) is None  # A Generator without a tokenizer: the error below.
     with pytest.raises(ValueError, match="task_max_tokens needs the proposer's tokenizer"):
         prompts.user_prompt(grid, "x", _report(), config=budget)
 

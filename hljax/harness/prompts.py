@@ -102,10 +102,12 @@ def fit_description(text: str, max_tokens: int | None, count_tokens: Callable[[s
 
 def token_counter(config: PromptConfig, proposer) -> Callable[[str], int] | None:
     """What `config`'s token budgets count with: the tokenizer `proposer` (a Generator) renders its chat
-    template with; None when no budget is in tokens, or the proposer has no tokenizer."""
-    if config.task_max_tokens is None and config.report_max_tokens is None or proposer.tokenizer is None:
+    template with; None when no budget is in tokens, or the proposer has no tokenizer (then a budget in
+    tokens fails with a clear error when the prompt is built)."""
+    # hljax's generators all carry `.tokenizer`; a user's own Generator need not, unless it is given budgets.
+    tokenizer = getattr(proposer, "tokenizer", None)
+    if config.task_max_tokens is None and config.report_max_tokens is None or tokenizer is None:
         return None
-    tokenizer = proposer.tokenizer
     return lambda text: len(tokenizer.encode(text, add_special_tokens=False))
 
 
