@@ -15,7 +15,7 @@ from typing import Callable, Literal, Sequence
 from hljax.generate.types import Message
 from hljax.harness import contract, edits
 from hljax.harness.history import HistoryConfig, HistoryEntry, render_history
-from hljax.harness.report import ExecutionReport
+from hljax.harness.report import ExecutionReport, longest_fit
 
 SYSTEM_PROMPT = (
     "You improve agent harnesses: Python programs that solve tasks by calling a frozen solver LLM. "
@@ -90,14 +90,7 @@ def fit_description(text: str, max_tokens: int | None, count_tokens: Callable[[s
         head = text[:n].rstrip()
         return f"{head}\n[... {len(text) - len(head)} more characters of the task description not shown]"
 
-    lo, hi = 0, len(text)
-    while lo < hi:  # The longest head that fits, by bisection on characters.
-        mid = (lo + hi + 1) // 2
-        if count_tokens(cut(mid)) <= max_tokens:
-            lo = mid
-        else:
-            hi = mid - 1
-    return cut(lo)
+    return cut(longest_fit(len(text), lambda n: count_tokens(cut(n)) <= max_tokens))
 
 
 def token_counter(config: PromptConfig, proposer) -> Callable[[str], int] | None:

@@ -216,12 +216,17 @@ def _render_question(index: int, q: QuestionReport, level: _Level) -> str:
 def _cut_to_fit(text: str, fits: Callable[[str], bool]) -> str:
     """The longest prefix of `text` (plus a marker) that fits, by bisection."""
     marker = "\n[report cut to fit]"
-    lo, hi = 0, len(text)
+    cut = text[:longest_fit(len(text), lambda n: fits(text[:n] + marker))] + marker
+    return cut if fits(cut) else ""
+
+
+def longest_fit(n: int, fits: Callable[[int], bool]) -> int:
+    """The largest k in [0, n] with fits(k), by bisection (`fits` true up to some k, false after); 0 if none."""
+    lo, hi = 0, n
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if fits(text[:mid] + marker):
+        if fits(mid):
             lo = mid
         else:
             hi = mid - 1
-    cut = text[:lo] + marker
-    return cut if fits(cut) else ""
+    return lo
