@@ -6,7 +6,9 @@ import os
 import re
 
 import pytest
+import transformers
 
+from hljax.checkpoint.presets import TOKENIZER_DIR
 from hljax.harness import history as hh
 from hljax.harness import seeds
 from hljax.harness.prompts import PromptConfig
@@ -155,3 +157,33 @@ def test_online_chains_grow_their_history_and_resume_it(tasks, pool, tmp_path):
     states.advance(1, 0, cands[1].code, "c0", ())
     states.advance(2, 0, cands[1].code, "c0", ())
     assert states.chains[0].origin == "seed" and states.chains[0].history == ()
+
+
+class TokenizedRecording(Recording):
+    """Recording, with the bundled tokenizer a served proposer carries (token budgets count with it)."""
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+
+
+def test_token_budgets_on_history_and_report_keep_records_equal_to_the_prompt(task, pool, tmp_path):
+    # The budgets are counted independently here, with the same tokenizer as the proposer's.
+    tok = transformers.AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+    count = lambda text: len(tok.encode(text, add_special_tokens=False))  # noqa: E731
+    budget = PromptConfig(report_max_tokens=200,
+                          history=hh.HistoryConfig(mode="last", last=8, max_chars=6000, max_tokens=150))
+    proposer = TokenizedRecording(task.name, 0, CFG.rounds)
+    rounds = run_adaptation(task, SEED, proposer, pool, CFG, rec.RunStore(str(tmp_path / "tok")), seed=0,
+                            prompt=budget)
+    _, unbudgeted = _run(task, pool, tmp_path / "chars", ON)
+    for t, r in enumerate(rounds):
+        prompt = proposer.prompts[t]
+        shown = prompt.split("## Execution report of the current harness on feedback questions\n")[1].split(
+            "\n\n## Earlier candidates")[0]
+        assert r.report == shown and count(shown) <= 200
+        assert r.history == section(prompt) and count(r.history) <= 150
+    # The budget bites: the last round's history shows fewer candidates than under the characters budget.
+    ids = lambda text: re.findall(r"^### (\S+)", text, re.M)  # noqa: E731
+    assert 0 < len(ids(rounds[-1].history)) < len(ids(section(unbudgeted.prompts[CFG.rounds - 1])))
+    assert "omitted)" in rounds[-1].history

@@ -32,7 +32,7 @@ class HistoryConfig:
     last: int = 8  # At most this many candidates are shown, the newest.
     # Character budget of the rendered section (no tokenizer is at hand in the revision loop).
     max_chars: int = 4000
-    max_tokens: int | None = None  # Also a token budget, with a token count from the caller (the loop passes none yet).
+    max_tokens: int | None = None  # Also a token budget, counted with the proposer's tokenizer (prompts.token_counter).
     context_lines: int = 1  # Unchanged lines around each change in a diff: compact, still a patch.
 
     def __post_init__(self):

@@ -60,9 +60,7 @@ def user_prompt(
     history: Sequence[HistoryEntry] = (),
 ) -> str:
     """The user turn: task, contract, harness, report, (history,) then the answer format."""
-    rendered = EMPTY_REPORT if config.report == "empty" else report.render(
-        max_chars=config.report_max_chars, max_tokens=config.report_max_tokens, count_tokens=count_tokens
-    )
+    rendered = EMPTY_REPORT if config.report == "empty" else report_text(report, config, count_tokens)
     sections = [
         ("Task", fit_description(task_description.strip(), config.task_max_tokens, count_tokens)),
         ("Harness contract", contract.describe(tools)),
@@ -74,6 +72,14 @@ def user_prompt(
     sections.append(("Your answer", edits.FORMAT_SPEC))
     body = "\n\n".join(f"## {title}\n{text}" for title, text in sections)
     return body + "\n\nChange the harness so that it answers more questions correctly. Reply with edit blocks."
+
+
+def report_text(report: ExecutionReport, config: PromptConfig = PromptConfig(),
+                count_tokens: Callable[[str], int] | None = None) -> str:
+    """The report within the prompt's budgets: what a full-report prompt shows and what records keep
+    (also for an empty-report prompt, whose records keep the report it hid)."""
+    return report.render(max_chars=config.report_max_chars, max_tokens=config.report_max_tokens,
+                         count_tokens=count_tokens)
 
 
 def fit_description(text: str, max_tokens: int | None, count_tokens: Callable[[str], int] | None) -> str:
@@ -99,7 +105,9 @@ def token_counter(config: PromptConfig, proposer) -> Callable[[str], int] | None
     tokens fails with a clear error when the prompt is built)."""
     # hljax's generators all carry `.tokenizer`; a user's own Generator need not, unless it is given budgets.
     tokenizer = getattr(proposer, "tokenizer", None)
-    if config.task_max_tokens is None and config.report_max_tokens is None or tokenizer is None:
+    budgets = (config.task_max_tokens, config.report_max_tokens,
+               config.history.max_tokens if config.history.enabled else None)
+    if all(b is None for b in budgets) or tokenizer is None:
         return None
     return lambda text: len(tokenizer.encode(text, add_special_tokens=False))
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from hljax.config import FLAT
 from hljax.generate.types import Completion, Generator, Sampling, SamplingParams
-from hljax.harness.prompts import PromptConfig, history_text, token_counter
+from hljax.harness.prompts import PromptConfig, history_text, report_text, token_counter
 from hljax.loop import records as rec
 from hljax.loop.history import entries_from_rounds, store_code
 from hljax.loop import rewards as rw
@@ -135,7 +135,8 @@ def run_adaptation(
             if prompt.history.enabled else ()
         state = build_state(pool, task, code, t, history)
         sampling = cfg.sampling.params(seed=derive_seed(seed, task.name, run_index, t))
-        messages = state.messages(prompt, token_counter(prompt, proposer))
+        count = token_counter(prompt, proposer)  # The record keeps what the prompt showed, budgets and all.
+        messages = state.messages(prompt, count)
         completions = propose(proposer, messages, sampling, cfg.proposals, enable_thinking)
         ids = [rec.candidate_id(t, i) for i in range(len(completions))]
         judged = judge(pool, task, code, [c.text for c in completions], scoring, ids, current, reward)
@@ -148,10 +149,10 @@ def run_adaptation(
         record = rec.RoundRecord(
             task=task.name, round=t, parent=current, parent_score=archive[current].score,
             parent_scores=archive[current].scores, feedback_score=state.report.mean_score,
-            report=state.report.render(max_chars=prompt.report_max_chars), candidates=tuple(c for c, _ in judged),
+            report=report_text(state.report, prompt, count), candidates=tuple(c for c, _ in judged),
             selected=choice.selected, front=choice.front, seconds=time.perf_counter() - start,
             feedback_qids=tuple(q.qid for q in task.feedback_round(t)), scoring_qids=tuple(q.qid for q in scoring),
-            selected_score=scored[choice.selected].score, history=history_text(history, prompt))
+            selected_score=scored[choice.selected].score, history=history_text(history, prompt, count))
         store.append(record)
         archive = scored
         current = choice.selected

@@ -27,7 +27,7 @@ from hljax.endpoints import Endpoint, GeneratorSpec, solver_spec, to_generator_s
 from hljax.tasks.simulated_solver import LABEL as SIMULATED_LABEL
 from hljax.loop import records as rec
 from hljax.loop import tables
-from hljax.harness.prompts import PromptConfig, history_text, token_counter
+from hljax.harness.prompts import PromptConfig, history_text, report_text, token_counter
 from hljax.loop.adapt import judge, propose, question_scores, run_adaptation
 from hljax.loop.revision import build_state
 from hljax.loop.run_config import HISTORY_SUFFIX, EvalRunConfig, ProposerEntry
@@ -90,7 +90,8 @@ def single_revision(cfg: EvalRunConfig, task: Task, seed_code: str, proposer, po
     store.put_harness(rec.SEED_ID, seed_code)
     state = build_state(pool, task, seed_code, 0)
     sampling = cfg.adapt.sampling.params(seed=derive_seed(cfg.seed, task.name, "single"))
-    messages = state.messages(prompt, token_counter(prompt, proposer))
+    count = token_counter(prompt, proposer)
+    messages = state.messages(prompt, count)
     completions = propose(proposer, messages, sampling, cfg.adapt.proposals, cfg.proposer.enable_thinking)
     ids = [rec.candidate_id(0, i) for i in range(len(completions))]
     judged = judge(pool, task, seed_code, [c.text for c in completions], evalq, ids, rec.SEED_ID, cfg.reward)
@@ -100,10 +101,10 @@ def single_revision(cfg: EvalRunConfig, task: Task, seed_code: str, proposer, po
     seed_eval = eval_scores(pool, task, directory, {rec.SEED_ID: seed_code}, evalq)[rec.SEED_ID]
     store.append(rec.RoundRecord(
         task=task.name, round=0, parent=rec.SEED_ID, parent_score=mean(seed_eval), parent_scores=seed_eval,
-        feedback_score=state.report.mean_score, report=state.report.render(max_chars=prompt.report_max_chars),
+        feedback_score=state.report.mean_score, report=report_text(state.report, prompt, count),
         candidates=tuple(c for c, _ in judged), selected=rec.SEED_ID, front=(rec.SEED_ID,), seconds=0.0,
         feedback_qids=tuple(q.qid for q in task.feedback_round(0)), scoring_qids=tuple(q.qid for q in evalq),
-        scored_on="eval", history=history_text((), prompt)))
+        scored_on="eval", history=history_text((), prompt, count)))
 
 
 def adaptation_runs(cfg: EvalRunConfig, task: Task, seed_code: str, proposer, pool: SandboxPool,
