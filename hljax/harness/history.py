@@ -30,7 +30,7 @@ class HistoryConfig:
     # meaningful when all were scored on the same questions (adaptation runs, offline states).
     mode: Literal["off", "last", "pareto"] = "off"
     last: int = 8  # At most this many candidates are shown, the newest.
-    # Character budget of the rendered section (no tokenizer is at hand in the revision loop).
+    # Character budget of the rendered section (max_tokens adds one in the proposer's tokens).
     max_chars: int = 4000
     max_tokens: int | None = None  # Also a token budget, counted with the proposer's tokenizer (prompts.token_counter).
     context_lines: int = 1  # Unchanged lines around each change in a diff: compact, still a patch.
