@@ -126,6 +126,7 @@ def run_adaptation(
     current = done[-1].selected if done else rec.SEED_ID
 
     last = cfg.rounds if stop_after is None else min(cfg.rounds, stop_after)
+    count = token_counter(prompt, proposer)  # Prompts and records count alike: a record keeps what its prompt showed.
     for t in range(len(done), last):
         stop_point(f"{task.name}: {t} round(s) kept")  # A stop signal ends the run between rounds.
         start = time.perf_counter()
@@ -135,7 +136,6 @@ def run_adaptation(
             if prompt.history.enabled else ()
         state = build_state(pool, task, code, t, history)
         sampling = cfg.sampling.params(seed=derive_seed(seed, task.name, run_index, t))
-        count = token_counter(prompt, proposer)  # The record keeps what the prompt showed, budgets and all.
         messages = state.messages(prompt, count)
         completions = propose(proposer, messages, sampling, cfg.proposals, enable_thinking)
         ids = [rec.candidate_id(t, i) for i in range(len(completions))]
