@@ -58,6 +58,7 @@ def _cases(tmp) -> dict[str, tuple[list[str], dict, str]]:
         "config file raises": (["launch.train", "--config", broken], {}, "ValueError: tasks.families: no such family"),
         "malformed override": ([*tiny, "--config.grpo.steps=abc"], {}, "--config.grpo.steps=abc"),
         "misspelt key": ([*tiny, "--config.gpro.steps=3"], {}, "'gpro'"),
+        "negative draw offset": ([*tiny, "--config.grpo.draw_offset=-4"], {}, "grpo.draw_offset=-4"),
         "solver unreachable": ([*tiny, "--config.solver.backend=sglang", f"--config.solver.url={DEAD_URL}",
                                 f"--config.solver.path={TOKENIZER}"], {}, "solver.url"),
         "QA file missing": (["launch.train", "--config", "configs/qa_grpo.py", *run, f"--config.model.path={llama}",
@@ -88,7 +89,7 @@ def outcomes(tmp_path_factory):
     return {name: (*_launch(argv, env), phrase) for name, (argv, env, phrase) in cases.items()}
 
 
-CASES = ["config file missing", "config file raises", "model path missing", "non-Qwen config.json", "malformed override", "misspelt key",
+CASES = ["config file missing", "config file raises", "model path missing", "non-Qwen config.json", "malformed override", "misspelt key", "negative draw offset",
          "solver unreachable", "QA file missing", "run dir unwritable", "sandbox unavailable",
          "adapt: config file missing"]
 

@@ -161,12 +161,23 @@ def test_sigterm_or_ctrl_c_checkpoints_and_exits(tmp_path, sig):
 
 
 @pytest.mark.slow
-def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tmp_path):
+def test_sigkill_then_resume_and_grpo_from_the_sft_export_reproduce_the_uninterrupted_run(tmp_path):
     common = ["--config.sft.steps=4", "--config.grpo.steps=2", "--config.checkpoint.every=1", "--config.grpo.prompts_per_step=2",
-              "--config.sft.eval_rows=0", "--config.metrics.plots=False"]
+              "--config.sft.eval_rows=0", "--config.metrics.plots=False", "--config.export.after_sft=True"]
     whole = str(tmp_path / "whole")
     _train(whole, *common)
     reference = _metrics(whole)
+
+    # GRPO alone from the whole run's SFT export, its steps numbered from 0 but its draws offset by the
+    # run's SFT steps, draws the same states, questions and samples: it repeats the whole run's GRPO.
+    alone = str(tmp_path / "alone")
+    _train(alone, "--config.mode=grpo", f"--config.model.path={os.path.join(whole, 'export-sft')}",
+           "--config.grpo.draw_offset=4", *[c for c in common if not c.startswith("--config.sft.steps")])
+    for a, b in zip(reference[4:], _metrics(alone), strict=True):
+        for key in ("loss", "reward/mean", "valid_rate", "entropy", "completion_len"):
+            np.testing.assert_allclose(b[key], a[key], rtol=1e-4, atol=1e-6, err_msg=f"GRPO alone, step {b['step']} {key}")
+    rollouts = [[json.loads(line)["completion"] for line in open(os.path.join(r, "rollouts.jsonl"))] for r in (whole, alone)]
+    assert rollouts[0] == rollouts[1] and len(rollouts[0]) == 2 * 2 * 4
 
     cut = str(tmp_path / "cut")
     kill_after = 4  # The first GRPO step: resume must rebuild rollouts, states and the proposer's weights.

@@ -171,16 +171,17 @@ class Rollouts:
         """Groups of the step's states `slots` (indices in 0..prompts_per_step-1: this process's
         share). State and sampling seeds depend on the global slot, never on the process."""
         g = self.grpo
+        draw = step + g.draw_offset
         t_states = time.perf_counter()
         # A state's report comes from sandbox runs (once per state, then cached): sandbox time.
         self.prepare(step, slots)
-        states = [self.states.state(step, i, g.prompts_per_step) for i in slots]
+        states = [self.states.state(draw, i, g.prompts_per_step) for i in slots]
         count = token_counter(self.prompt, self.proposer)
         conversations = [s.messages(self.prompt, count) for s in states]
         t0 = time.perf_counter()
 
         def propose(k):
-            sp = g.sampling.params(seed=derive_seed(self.seed, step, slots[k]))
+            sp = g.sampling.params(seed=derive_seed(self.seed, draw, slots[k]))
             return self.proposer.chat([conversations[k]], sp, n=g.group_size, return_logprobs=True,
                                       enable_thinking=self.enable_thinking)[0]
 
@@ -189,7 +190,7 @@ class Rollouts:
         t1 = time.perf_counter()
 
         outcomes = []
-        window = step % g.scoring_windows
+        window = draw % g.scoring_windows
         for state, group in zip(states, groups):
             cands = [candidate(state.harness, c.text) for c in group]
             questions = state.task.take("scoring", g.scoring_questions, start=window * g.scoring_questions)

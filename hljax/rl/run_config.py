@@ -67,6 +67,10 @@ class GRPOSpec:
     sampling: Sampling = dataclasses.field(default=Sampling(), metadata={FLAT: True})
     scoring_questions: int = 4  # Per candidate; every candidate of a group gets the same ones.
     scoring_windows: int = 8  # Scoring questions rotate through this many disjoint windows.
+    # Added to the global step that GRPO's draws (its states, scoring window and sampling seeds) come
+    # from. GRPO alone (mode=grpo) from a run's export-sft, given that run's sft.steps, draws what the
+    # run's GRPO drew: recipes compared from one SFT stage see the whole run's rollouts.
+    draw_offset: int = 0
     # Feedback rounds (fresh report questions) per pool member: states = members x state_rounds distinct
     # prompts. Each costs one sandbox run of the harness on tasks.feedback questions (cached). Slots
     # walk through members, then rounds, so a state recurs every members x state_rounds slots; the

@@ -2,7 +2,8 @@
 
 Global step s runs SFT for s < sft.steps, then GRPO. Everything a step consumes derives from
 (seed, s): the SFT batch, the revision states, the scoring window and the sampling seeds, so a run
-resumed from a checkpoint at step k repeats what an uninterrupted run does from k + 1 on.
+resumed from a checkpoint at step k repeats what an uninterrupted run does from k + 1 on (and GRPO
+alone from the run's export-sft with grpo.draw_offset = sft.steps repeats the run's GRPO).
 
 Multi-process (one identical command per host, see docs/scaling.md): the mesh spans every process's
 devices; each process loads, generates and scores only its rows of a step (`process_rows`, from the
