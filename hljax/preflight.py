@@ -366,9 +366,6 @@ def train(cfg: RunConfig) -> list[str]:
     if cfg.sft_steps == 0 and cfg.grpo_steps == 0:
         raise PreflightError(f"mode={cfg.mode!r} with sft.steps={cfg.sft.steps} and grpo.steps={cfg.grpo.steps} trains "
                              "nothing: give --config.sft.steps or --config.grpo.steps a number of steps")
-    if cfg.grpo.draw_offset < 0:
-        raise PreflightError(f"grpo.draw_offset={cfg.grpo.draw_offset}: give 0, or the sft.steps of the run whose "
-                             "export-sft this GRPO starts from")
     done = [_timed("run_dir", check_run_dir, cfg.run_dir), _timed("run_dir config", check_train_rerun, cfg),
             _timed("metrics.backends", check_metrics, cfg.metrics.backends)]
     if cfg.sft_steps:

@@ -58,7 +58,7 @@ def _cases(tmp) -> dict[str, tuple[list[str], dict, str]]:
         "config file raises": (["launch.train", "--config", broken], {}, "ValueError: tasks.families: no such family"),
         "malformed override": ([*tiny, "--config.grpo.steps=abc"], {}, "--config.grpo.steps=abc"),
         "misspelt key": ([*tiny, "--config.gpro.steps=3"], {}, "'gpro'"),
-        "negative draw offset": ([*tiny, "--config.grpo.draw_offset=-4"], {}, "grpo.draw_offset=-4"),
+        "negative draw offset": ([*tiny, "--config.grpo.draw_offset=-4"], {}, "grpo.draw_offset must be >= 0, got -4"),
         "solver unreachable": ([*tiny, "--config.solver.backend=sglang", f"--config.solver.url={DEAD_URL}",
                                 f"--config.solver.path={TOKENIZER}"], {}, "solver.url"),
         "QA file missing": (["launch.train", "--config", "configs/qa_grpo.py", *run, f"--config.model.path={llama}",

@@ -168,14 +168,17 @@ def test_sigkill_then_resume_and_grpo_from_the_sft_export_reproduce_the_uninterr
     _train(whole, *common)
     reference = _metrics(whole)
 
+    def assert_same_steps(want, got, label):
+        for a, b in zip(want, got, strict=True):
+            for key in ("loss", "reward/mean", "valid_rate", "entropy", "completion_len"):
+                np.testing.assert_allclose(b[key], a[key], rtol=1e-4, atol=1e-6, err_msg=f"{label}, step {a['step']} {key}")
+
     # GRPO alone from the whole run's SFT export, its steps numbered from 0 but its draws offset by the
     # run's SFT steps, draws the same states, questions and samples: it repeats the whole run's GRPO.
     alone = str(tmp_path / "alone")
     _train(alone, "--config.mode=grpo", f"--config.model.path={os.path.join(whole, 'export-sft')}",
            "--config.grpo.draw_offset=4", *[c for c in common if not c.startswith("--config.sft.steps")])
-    for a, b in zip(reference[4:], _metrics(alone), strict=True):
-        for key in ("loss", "reward/mean", "valid_rate", "entropy", "completion_len"):
-            np.testing.assert_allclose(b[key], a[key], rtol=1e-4, atol=1e-6, err_msg=f"GRPO alone, step {b['step']} {key}")
+    assert_same_steps(reference[4:], _metrics(alone), "GRPO alone")
     rollouts = [[json.loads(line)["completion"] for line in open(os.path.join(r, "rollouts.jsonl"))] for r in (whole, alone)]
     assert rollouts[0] == rollouts[1] and len(rollouts[0]) == 2 * 2 * 4
 
@@ -198,9 +201,7 @@ def test_sigkill_then_resume_and_grpo_from_the_sft_export_reproduce_the_uninterr
     assert f"resuming {cut} at step" in log
     resumed = _metrics(cut)
     assert [r["step"] for r in resumed] == [r["step"] for r in reference]
-    for a, b in zip(reference[kill_after + 1 :], resumed[kill_after + 1 :]):
-        for key in ("loss", "reward/mean", "valid_rate", "entropy", "completion_len"):
-            np.testing.assert_allclose(b[key], a[key], rtol=1e-4, atol=1e-6, err_msg=f"step {a['step']} {key}")
+    assert_same_steps(reference[kill_after + 1 :], resumed[kill_after + 1 :], "resumed")
 
 
 @pytest.mark.slow

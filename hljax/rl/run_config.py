@@ -156,7 +156,8 @@ class RunConfig:
         object.__setattr__(self, "states", dataclasses.replace(self.states, refresh=refresh))
         if self.grpo.mu < 1:
             raise ConfigError(f"grpo.mu must be >= 1, got {self.grpo.mu}")
-        for key, value in (("sft.steps", self.sft.steps), ("grpo.steps", self.grpo.steps)):
+        for key, value in (("sft.steps", self.sft.steps), ("grpo.steps", self.grpo.steps),
+                           ("grpo.draw_offset", self.grpo.draw_offset)):
             if value < 0:
                 raise ConfigError(f"{key} must be >= 0, got {value}")
         need = []
