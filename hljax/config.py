@@ -222,7 +222,8 @@ class TaskSpec:
     # Task suite: "reasoning_gym", "multihop_qa", a task file "path/to/task.py" or "package.module:NAME"
     # (hljax/tasks/suite.py, docs/tasks.md).
     suite: str = "reasoning_gym"
-    role: Literal["sft", "rl", "heldout"] = "rl"  # reasoning_gym: which family list of hljax/tasks/rg_families.py.
+    # reasoning_gym: which family list of hljax/tasks/rg_families.py; "train" is the SFT and RL lists together.
+    role: Literal["sft", "rl", "heldout", "train"] = "rl"
     families: tuple[str, ...] = ()  # reasoning_gym: a subset of that list; a task file: some of its task names.
     qa_files: tuple[str, ...] = ()  # multihop_qa: "dataset:path" entries (hotpotqa, musique, 2wikimultihopqa).
     qa_aliases: str = ""  # 2WikiMultihopQA's id_aliases.json, if given.

@@ -195,3 +195,17 @@ def test_every_listed_familys_questions_are_the_same_in_every_process():
         assert out.returncode == 0, out.stderr[-2000:]
         digests.append(json.loads(out.stdout.strip().splitlines()[-1]))
     assert [f for f in digests[0] if digests[0][f] != digests[1][f]] == []
+
+
+def test_train_role_is_the_sft_and_rl_lists_and_never_a_held_out_family():
+    from hljax.config import TaskSpec
+    from hljax.tasks.reasoning_gym import build_suite
+
+    suite = build_suite(TaskSpec(role="train"), SplitConfig(feedback_size=2, scoring_size=2, eval_size=2), seed=0)
+    names = [t.config.family for t in suite]
+    assert names == list(rg_families.SFT) + list(rg_families.RL)
+    assert not set(names) & set(rg_families.HELDOUT)
+    picked = build_suite(TaskSpec(role="train", families=("gcd", "simple_equations")), SplitConfig(), seed=0)
+    assert [t.config.family for t in picked] == ["gcd", "simple_equations"]
+    with pytest.raises(ValueError, match="\\['maze'\\] are not in the 'train' list"):
+        build_suite(TaskSpec(role="train", families=("maze",)), SplitConfig(), seed=0)
