@@ -82,12 +82,9 @@ class FamilyLists:
         return cls(sft=rg_families.SFT, rl=rg_families.RL, heldout=rg_families.HELDOUT,
                    excluded=tuple(sorted(rg_families.EXCLUDED.items())))
 
-    def families(self, role: Role) -> tuple[str, ...]:
-        return {"sft": self.sft, "rl": self.rl, "heldout": self.heldout}[role]
-
-    def training(self) -> tuple[str, ...]:
-        """Every family the proposer may train on: the SFT list, then the RL list."""
-        return self.sft + self.rl
+    def families(self, role: Role | Literal["train"]) -> tuple[str, ...]:
+        """A list's families; "train": every family the proposer may train on, SFT's then RL's."""
+        return {"sft": self.sft, "rl": self.rl, "heldout": self.heldout, "train": self.sft + self.rl}[role]
 
     def role(self, family: str) -> Role:
         for r in ROLES:
@@ -205,7 +202,7 @@ def family_tasks(lists: FamilyLists, role: Role, base: RGTaskConfig) -> dict[str
 def build_suite(spec, splits: SplitConfig, seed: int) -> list[ReasoningGymTask]:
     """The run's families: `tasks.families` (checked against the `tasks.role` list), else that list."""
     lists = FamilyLists.shipped()
-    known = lists.training() if spec.role == "train" else lists.families(spec.role)
+    known = lists.families(spec.role)
     unknown = [f for f in spec.families if f not in known]
     if unknown:
         raise ValueError(f"tasks.families {unknown} are not in the {spec.role!r} list of hljax/tasks/rg_families.py: "
