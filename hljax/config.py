@@ -153,7 +153,9 @@ class ModelSpec:
     preset: str = "tiny"  # launch.init_model preset used when path is "".
     dtype: Literal["float32", "bfloat16"] = "float32"  # Compute dtype.
     param_dtype: Literal["float32", "bfloat16"] = "float32"  # Storage dtype of trained weights.
-    remat: bool = False  # Recompute layer activations in the backward pass (memory for compute).
+    # Recompute layer activations in the backward pass (memory for compute). On CPU launch.train then
+    # turns on XLA's memory-minimising scheduler, without which remat saves nothing (hljax/xla_options.py).
+    remat: bool = False
     # Qwen3's thinking mode in the proposer's chat template, for SFT rows, GRPO rollouts and state
     # refreshes alike. False: the template's empty think block, so the proposer answers with edits
     # straight away, as the teacher's SFT completions (which carry no reasoning) do.

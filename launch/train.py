@@ -31,11 +31,12 @@ def main(argv):
     with start_up(verbose()):
         # Imported once the flags parsed: a flag error comes back without waiting for JAX to load.
         from hljax import distributed as dist
-        from hljax import preflight
+        from hljax import preflight, xla_options
         from hljax.rl.run_config import RunConfig
 
         cfg = RunConfig.from_config(_CONFIG.value)
         checked = preflight.train(cfg)  # Touches no JAX device: distributed.initialize comes next.
+    xla_options.for_remat(cfg.model.remat)  # XLA reads its flags when the first device is made.
     multi = dist.initialize(cfg.distributed)  # First, before any JAX device exists.
     # Imported after initialize, so that nothing it imports can touch a JAX device first.
     from hljax.rl.trainer import Trainer
