@@ -44,14 +44,15 @@ MARK_END = "<!-- bench/learning.py: end -->"
 ROLES = {"rl": "5 RL families", "heldout": "21 held-out families"}
 
 
-def sft_data(out: str, rounds: int) -> list[str]:
-    """--config overrides that train on `rounds` generated rows per SFT family (made once in `out`);
-    none for 0 (the config's own data)."""
+def sft_data(out: str, rounds: int, fixes: str) -> list[str]:
+    """--config overrides that train on `rounds` generated harnesses per SFT family, with one drawn fix
+    or every fix each lacks (made once in `out`); none for 0 (the config's own data)."""
     if not rounds:
         return []
-    path = os.path.join(out, f"sft-{rounds}rounds.jsonl")
+    path = os.path.join(out, f"sft-{rounds}rounds{'' if fixes == 'one' else '-allfixes'}.jsonl")
     if not os.path.exists(path):
-        cmd = [sys.executable, "scripts/make_sft_tiny.py", "--rounds", str(rounds), "--seed", "1", "--out", path]
+        cmd = [sys.executable, "scripts/make_sft_tiny.py", "--rounds", str(rounds), "--seed", "1", "--fixes", fixes,
+               "--out", path]
         print("$", " ".join(cmd), flush=True)
         subprocess.run(cmd, cwd=ROOT, check=True)
     return [f"--config.sft.data={path}"]
@@ -273,6 +274,8 @@ def main():
                         "the longer recipe, with --sft-rounds 80)")
     parser.add_argument("--sft-rounds", type=int, default=0, help="train on this many generated SFT rows per "
                         "family (scripts/make_sft_tiny.py --rounds), made in --out; 0: the config's data")
+    parser.add_argument("--sft-fixes", choices=("one", "all"), default="one", help="with --sft-rounds: a row for one "
+                        "drawn fix per harness, or for every fix it lacks (scripts/make_sft_tiny.py --fixes)")
     parser.add_argument("train_args", nargs="*", help="extra --config.* overrides for training")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -280,7 +283,7 @@ def main():
     t0 = time.time()
     runs, walls, rises = {}, [], []
     os.makedirs(args.out, exist_ok=True)
-    extra = sft_data(args.out, args.sft_rounds) + args.train_args
+    extra = sft_data(args.out, args.sft_rounds, args.sft_fixes) + args.train_args
     for seed in seeds:  # Every training run first: they are also the tiny default's 3-seed check.
         runs[seed], seconds = train(seed, args.out, args.config, extra)
         rises.append(grpo_rise(runs[seed]))

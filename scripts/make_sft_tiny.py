@@ -12,7 +12,9 @@ the edit that adds one fix to it, after a line quoting the first answer the repo
 reading, not a diagnosis). The fix is drawn uniformly among those the harness lacks, whatever the
 report shows (in `--empty-report-share` of the rows the prompt shows no report at all): SFT
 teaches the edit format and the fixes, and any tie between a symptom in the
-report and its fix must be learnt by RL from the reward. Every edit copies its SEARCH lines from
+report and its fix must be learnt by RL from the reward. With `--fixes all` each harness and report
+is paired with every fix it lacks, one row each, so nothing in a prompt predicts the fix: the SFT
+proposer's best fit is a uniform choice on every prompt, not a drawn fix's chance tie to a prompt. Every edit copies its SEARCH lines from
 the harness in its own prompt, and applies to it (checked here). Rows are in the schema the teacher
 collector writes (hljax/rl/sft_data.py); `scores` is null because these edits were not scored.
 """
@@ -23,13 +25,17 @@ import json
 import os
 import random
 import sys
+from types import SimpleNamespace
+
+import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from configs import tiny  # noqa: E402
 from hljax.data import harness_fixes as hf  # noqa: E402
+from hljax.checkpoint.presets import TOKENIZER_DIR  # noqa: E402
 from hljax.harness import edits  # noqa: E402
-from hljax.harness.prompts import EMPTY_REPORT  # noqa: E402
+from hljax.harness.prompts import EMPTY_REPORT, token_counter  # noqa: E402
 from hljax.loop.revision import build_state, candidate  # noqa: E402
 from hljax.rl.run_config import RunConfig  # noqa: E402
 from hljax.tasks.reasoning_gym import FamilyLists, RGTaskConfig, family_tasks  # noqa: E402
@@ -48,6 +54,8 @@ def main():
     parser.add_argument("--empty-report-share", type=float, default=0.1,
                         help="share of rows whose prompt shows an empty report (prompt.report='empty'), so that "
                         "bench/learning.py's ablation asks the proposer nothing it has not seen")
+    parser.add_argument("--fixes", choices=("one", "all"), default="one",
+                        help="one: a fix drawn uniformly per harness; all: a row for every fix the harness lacks")
     parser.add_argument("--out", default="data/sft_tiny.jsonl")
     args = parser.parse_args()
     cfg = RunConfig.from_config(tiny.get_config())
@@ -57,6 +65,9 @@ def main():
                         splits=split_config(cfg.tasks.feedback, cfg.tasks.scoring, cfg.tasks.eval, cfg.seed))
     tasks = family_tasks(lists, "sft", base)
     solver = SimulatedSolver(seed=cfg.seed)
+    # The tiny proposer's tokenizer: the prompt's budgets in tokens (task_max_tokens) count with it.
+    tokenizer = transformers.AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+    count = token_counter(cfg.prompt, SimpleNamespace(tokenizer=tokenizer))
     rows = []
     with SandboxPool(cfg.sandbox, solver, cfg.solver.budget) as pool:
         for family, task in tasks.items():
@@ -73,21 +84,23 @@ def main():
                 if rng.random() < args.empty_report_share:
                     prompt = dataclasses.replace(prompt, report="empty")
                 shown = EMPTY_REPORT if prompt.report == "empty" else state.report.render(max_chars=prompt.report_max_chars)
-                completion = hf.fix_completion(variant, kind, shown)
-                applied = candidate(harness, completion)
-                if not isinstance(applied, edits.Applied) or applied.code != hf.render(variant.with_fix(kind)):
-                    raise AssertionError(f"the {kind} edit of {variant} does not apply as written: {applied}")
-                rows.append({
-                    "id": f"tiny-{family}-{r}",
-                    "task": task.name,
-                    "harness": harness,
-                    "messages": state.messages(prompt),
-                    "completion": completion,
-                    "scores": None,
-                    "filters": {"valid_edit": True, "runs": None},
-                    "source": f"generated:{kind}",
-                })
-            print(f"{family}: {args.rounds} rows", flush=True)
+                kinds = [kind] if args.fixes == "one" else [k for k in hf.KINDS if k not in variant.fixes]
+                for k in kinds:
+                    completion = hf.fix_completion(variant, k, shown)
+                    applied = candidate(harness, completion)
+                    if not isinstance(applied, edits.Applied) or applied.code != hf.render(variant.with_fix(k)):
+                        raise AssertionError(f"the {k} edit of {variant} does not apply as written: {applied}")
+                    rows.append({
+                        "id": f"tiny-{family}-{r}" + ("" if args.fixes == "one" else f"-{k}"),
+                        "task": task.name,
+                        "harness": harness,
+                        "messages": state.messages(prompt, count),
+                        "completion": completion,
+                        "scores": None,
+                        "filters": {"valid_edit": True, "runs": None},
+                        "source": f"generated:{k}",
+                    })
+            print(f"{family}: {args.rounds} harnesses", flush=True)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         for row in rows:

@@ -1,12 +1,18 @@
 """Harness variants and the fixes of the simulated solver's weaknesses, as edits (hljax/data/harness_fixes.py)."""
 
+import json
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 
 from hljax.data import harness_fixes as hf
 from hljax.harness import contract, edits, seeds
 from hljax.loop.revision import candidate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_the_default_variant_is_the_seed_harness_byte_for_byte():
@@ -83,3 +89,27 @@ def test_the_fixes_a_harness_carries_are_read_off_its_text():
     # Each kind alone, in the seed's names: its own signature and no other.
     for kind in hf.KINDS:
         assert hf.fixes_in(hf.render(hf.Variant(fixes=(kind,)))) == {kind}
+
+
+def test_the_generator_pairs_each_harness_with_one_fix_or_with_every_fix_it_lacks(tmp_path):
+    """scripts/make_sft_tiny.py: --fixes all gives each harness and report of --fixes one's draws every
+    fix it lacks, one row each (so nothing in a prompt predicts the fix), under the tiny configs'
+    prompt (task descriptions cut to a token budget, counted with the bundled tokenizer)."""
+    rows = {}
+    for fixes in ("one", "all"):
+        out = tmp_path / f"{fixes}.jsonl"
+        subprocess.run([sys.executable, "scripts/make_sft_tiny.py", "--rounds", "2", "--seed", "3", "--fixes", fixes,
+                        "--out", str(out)], cwd=ROOT, check=True, capture_output=True, timeout=600)
+        rows[fixes] = [json.loads(line) for line in out.read_text().splitlines()]
+    one = {r["id"]: r for r in rows["one"]}
+    assert len(one) == 2 * 21
+    by_state = {}
+    for r in rows["all"]:
+        by_state.setdefault(r["id"].rsplit("-", 1)[0], []).append(r)
+    assert by_state.keys() == one.keys()
+    for state, group in by_state.items():
+        lacks = set(hf.KINDS) - hf.fixes_in(group[0]["harness"])
+        assert sorted(r["source"] for r in group) == sorted(f"generated:{k}" for k in lacks)
+        assert one[state]["source"] in {r["source"] for r in group}
+        for r in group:
+            assert (r["harness"], r["messages"]) == (one[state]["harness"], one[state]["messages"])
