@@ -39,3 +39,13 @@ def for_remat(remat: bool) -> bool:
     os.environ["XLA_FLAGS"] = f"{flags} {MEMORY_SCHEDULER}".strip()
     log.info("model.remat: XLA's CPU memory-minimising scheduler on (%s)", MEMORY_SCHEDULER)
     return True
+
+
+def warn_if_remat_saves_nothing(remat: bool) -> None:
+    """For a trainer started without launch.train (its backend already up): one warning when `remat`
+    runs on CPU under the default scheduler, where it costs compute and saves no memory."""
+    import jax
+
+    if remat and jax.default_backend() == "cpu" and _SCHEDULER_FLAG not in os.environ.get("XLA_FLAGS", ""):
+        log.warning("model.remat on CPU saves no memory under XLA's default scheduler; set XLA_FLAGS=%s before "
+                    "JAX starts (launch.train does)", MEMORY_SCHEDULER)

@@ -76,3 +76,16 @@ def test_for_remat_refuses_once_a_backend_exists(monkeypatch):
     with pytest.raises(RuntimeError, match="before the first JAX device"):
         xla_options.for_remat(True)
     assert "XLA_FLAGS" not in os.environ
+
+
+def test_a_trainer_without_the_options_is_told_remat_saves_nothing(monkeypatch, caplog):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    with caplog.at_level("WARNING", logger="hljax.xla_options"):
+        xla_options.warn_if_remat_saves_nothing(True)
+    assert "saves no memory" in caplog.text
+    caplog.clear()
+    monkeypatch.setenv("XLA_FLAGS", xla_options.MEMORY_SCHEDULER)
+    with caplog.at_level("WARNING", logger="hljax.xla_options"):
+        xla_options.warn_if_remat_saves_nothing(True)
+        xla_options.warn_if_remat_saves_nothing(False)
+    assert caplog.text == ""

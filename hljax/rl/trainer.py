@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from hljax import distributed as dist
 from hljax import metrics as mx
 from hljax import sharding as shd
+from hljax import xla_options
 from hljax.checkpoint import hf, owner
 from hljax.checkpoint.orbax import TrainCheckpointer
 from hljax.checkpoint.presets import init_model
@@ -81,6 +82,7 @@ class Trainer:
         # Where this process's own engines run: its devices only when there are several processes.
         self.local_mesh = dist.local_mesh(cfg.mesh) if self.multi else self.mesh
         self.init_path = self._initial_weights()
+        xla_options.warn_if_remat_saves_nothing(cfg.model.remat)
         dtype = getattr(jnp, cfg.model.dtype)
         self.model = hf.load_hf(self.init_path, self.mesh, dtype=dtype, param_dtype=getattr(jnp, cfg.model.param_dtype),
                                 remat=cfg.model.remat)
