@@ -1,11 +1,12 @@
 """Where a training run's time went, from its metrics.jsonl: SFT steps and each GRPO phase, one
 stacked bar per run, with the seconds printed.
 
-    python bench/phases.py RUN_DIR[=LABEL] [RUN_DIR[=LABEL] ...] [--out docs/tiny_phases.png]
+    python bench/phases.py RUN_DIR[=LABEL] [RUN_DIR[=LABEL] ...] [--out docs/tiny_phases.png] [--skip N]
 
 Reads only what the trainer wrote (`time/train_s` of SFT rows, `time/<phase>_s` of GRPO rows, the
 phases of hljax.rl.trainer.PHASES); start-up, the validity checks and the final export are not in
-the rows and are not drawn.
+the rows and are not drawn. `--skip N` leaves out each run's first N GRPO steps (where a large shape
+compiles), for its steady state.
 """
 
 import argparse
@@ -18,12 +19,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from hljax.rl.trainer import PHASES  # noqa: E402
 
 
-def phase_seconds(run_dir: str) -> dict[str, float]:
-    """-> {"SFT steps": s, "GRPO <phase>": s, ...} summed over the run's metrics rows."""
+def phase_seconds(run_dir: str, skip: int = 0) -> dict[str, float]:
+    """-> {"SFT steps": s, "GRPO <phase>": s, ...} summed over the run's metrics rows (GRPO's after its
+    first `skip` steps)."""
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     out = {"SFT steps": sum(r.get("time/train_s", 0.0) for r in rows if r.get("stage") == "sft")}
-    grpo = [r for r in rows if r.get("stage") == "grpo"]
+    grpo = [r for r in rows if r.get("stage") == "grpo"][skip:]
     for phase in PHASES:
         out[f"GRPO {phase}"] = sum(r.get(f"time/{phase}_s", 0.0) for r in grpo)
     return out
@@ -34,9 +36,10 @@ def main():
     parser.add_argument("runs", nargs="+", help="RUN_DIR or RUN_DIR=LABEL")
     parser.add_argument("--out", default="", help="a PNG to draw (matplotlib); else only the table")
     parser.add_argument("--title", default="Where the run's time went")
+    parser.add_argument("--skip", type=int, default=0, help="leave out each run's first N GRPO steps (compiles)")
     args = parser.parse_args()
     runs = [(r.split("=", 1) + [os.path.basename(r.rstrip("/"))])[:2] for r in args.runs]
-    data = {label: phase_seconds(path) for path, label in runs}
+    data = {label: phase_seconds(path, args.skip) for path, label in runs}
     names = list(next(iter(data.values())))
     print("| phase | " + " | ".join(data) + " |")
     print("|---|" + "---|" * len(data))
