@@ -113,3 +113,14 @@ def test_the_generator_pairs_each_harness_with_one_fix_or_with_every_fix_it_lack
         assert one[state]["source"] in {r["source"] for r in group}
         for r in group:
             assert (r["harness"], r["messages"]) == (one[state]["harness"], one[state]["messages"])
+
+
+def test_the_bundled_sft_data_is_what_the_generator_makes_today(tmp_path):
+    """data/sft_tiny.jsonl (the tiny default's SFT rows) is scripts/make_sft_tiny.py's output with its
+    defaults: a change to the solver, the tasks or the prompt that moves a row shows here."""
+    out = tmp_path / "sft_tiny.jsonl"
+    subprocess.run([sys.executable, "scripts/make_sft_tiny.py", "--out", str(out)], cwd=ROOT, check=True,
+                   capture_output=True, timeout=600)
+    with open(os.path.join(ROOT, "data", "sft_tiny.jsonl")) as f:
+        bundled = f.read()
+    assert out.read_text() == bundled, "regenerate: python scripts/make_sft_tiny.py"
