@@ -14,8 +14,8 @@ report shows (in `--empty-report-share` of the rows the prompt shows no report a
 teaches the edit format and the fixes, and any tie between a symptom in the
 report and its fix must be learnt by RL from the reward. With `--fixes all` each harness and report
 is paired with every fix it lacks, one row each, so nothing in a prompt predicts the fix: the SFT
-proposer's best fit is a uniform choice on every prompt, not a drawn fix's chance tie to a prompt. Every edit copies its SEARCH lines from
-the harness in its own prompt, and applies to it (checked here). Rows are in the schema the teacher
+proposer's best fit is a uniform choice on every prompt, not a drawn fix's chance tie to a prompt.
+Every edit copies its SEARCH lines from the harness in its own prompt, and applies to it (checked here). Rows are in the schema the teacher
 collector writes (hljax/rl/sft_data.py); `scores` is null because these edits were not scored.
 """
 
@@ -32,8 +32,8 @@ import transformers
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from configs import tiny  # noqa: E402
-from hljax.data import harness_fixes as hf  # noqa: E402
 from hljax.checkpoint.presets import TOKENIZER_DIR  # noqa: E402
+from hljax.data import harness_fixes as hf  # noqa: E402
 from hljax.harness import edits  # noqa: E402
 from hljax.harness.prompts import EMPTY_REPORT, token_counter  # noqa: E402
 from hljax.loop.revision import build_state, candidate  # noqa: E402
