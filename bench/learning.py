@@ -44,15 +44,22 @@ MARK_END = "<!-- bench/learning.py: end -->"
 ROLES = {"rl": "5 RL families", "heldout": "21 held-out families"}
 
 
-def sft_data(out: str, rounds: int, fixes: str) -> list[str]:
+def sft_data(out: str, rounds: int, fixes: str, mix: str | None) -> list[str]:
     """--config overrides that train on `rounds` generated harnesses per SFT family, with one drawn fix
-    or every fix each lacks (made once in `out`); none for 0 (the config's own data)."""
+    or every fix each lacks, and the harness mix `mix` ("SEED_SHARE,DEFAULT_NAMES_SHARE"; None: the
+    script's) (made once in `out`); none for 0 (the config's own data)."""
     if not rounds:
         return []
-    path = os.path.join(out, f"sft-{rounds}rounds{'' if fixes == 'one' else '-allfixes'}.jsonl")
+    shares = [] if mix is None else [float(x) for x in mix.split(",")]
+    if mix is not None and (len(shares) != 2 or not all(0 <= x <= 1 for x in shares) or sum(shares) > 1):
+        raise SystemExit(f"--sft-mix {mix!r}: want SEED_SHARE,DEFAULT_NAMES_SHARE, two shares summing to at most 1")
+    name = f"sft-{rounds}rounds{'' if fixes == 'one' else '-allfixes'}{'' if mix is None else '-mix' + mix.replace(',', '-')}"
+    path = os.path.join(out, name + ".jsonl")
     if not os.path.exists(path):
         cmd = [sys.executable, "scripts/make_sft_tiny.py", "--rounds", str(rounds), "--seed", "1", "--fixes", fixes,
                "--out", path]
+        if mix is not None:
+            cmd += ["--seed-share", str(shares[0]), "--default-names-share", str(shares[1])]
         print("$", " ".join(cmd), flush=True)
         subprocess.run(cmd, cwd=ROOT, check=True)
     return [f"--config.sft.data={path}"]
@@ -276,6 +283,10 @@ def main():
                         "family (scripts/make_sft_tiny.py --rounds), made in --out; 0: the config's data")
     parser.add_argument("--sft-fixes", choices=("one", "all"), default="one", help="with --sft-rounds: a row for one "
                         "drawn fix per harness, or for every fix it lacks (scripts/make_sft_tiny.py --fixes)")
+    parser.add_argument("--sft-mix", default=None, help="with --sft-rounds: SEED_SHARE,DEFAULT_NAMES_SHARE, the "
+                        "shares of rows on the seed harness and on the seed's shape carrying fixes (the harnesses "
+                        "adaptation reaches); the rest other names and layouts (scripts/make_sft_tiny.py; its "
+                        "defaults 0.4,0.3)")
     parser.add_argument("train_args", nargs="*", help="extra --config.* overrides for training")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -283,7 +294,7 @@ def main():
     t0 = time.time()
     runs, walls, rises = {}, [], []
     os.makedirs(args.out, exist_ok=True)
-    extra = sft_data(args.out, args.sft_rounds, args.sft_fixes) + args.train_args
+    extra = sft_data(args.out, args.sft_rounds, args.sft_fixes, args.sft_mix) + args.train_args
     for seed in seeds:  # Every training run first: they are also the tiny default's 3-seed check.
         runs[seed], seconds = train(seed, args.out, args.config, extra)
         rises.append(grpo_rise(runs[seed]))
