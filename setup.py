@@ -48,7 +48,7 @@ setup(
     python_requires=">=3.10",
     # configs: experiment files, found by path; installed too, so an installed hljax has them.
     packages=find_packages(include=["hljax", "hljax.*", "sandbox", "sandbox.*", "launch", "launch.*", "configs"]),
-    package_data={"hljax": ["assets/tokenizer/*", "kernels/*.cc"]},
+    package_data={"hljax": ["assets/tokenizer/*", "kernels/*.cc", "kernels/*.h"]},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
 )

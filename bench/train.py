@@ -3,6 +3,7 @@ as a fraction of a matmul peak measured in the same run.
 
     python bench/train.py [--size small] [--batch 8] [--length 512] [--steps 5] [--warmup 1]
                           [--mode sft|grpo|both] [--peer on|off] [--torch-compile] [--allow-load]
+                          [--attention xla|kernel]
 
 Each mode times one optimiser step (forward, backward, AdamW) on B x L tokens, half prompt and half
 completion: `sft` minimises cross-entropy on the completion tokens, `grpo` the clipped-ratio policy
@@ -14,6 +15,8 @@ missing), one thread per CPU, and `logits_to_keep` so only the completion's posi
 vocabulary projection (as TRL's GRPO trainer does). `--torch-compile` also times it under
 torch.compile (compiling is not timed) and compares with the faster of the two. Both sides run the
 same AdamW (lr 1e-4, optax's defaults: betas 0.9/0.999, eps 1e-8, weight decay 1e-4) without clipping.
+`--attention kernel` runs our attention through the CPU kernel (`model.attention_kernel`,
+hljax/kernels/cpu_attention.py) instead of XLA's programs.
 
 Model FLOPs per step are counted analytically (6 x matmul parameters x tokens for forward + backward,
 plus attention's 12 x layers x T^2 x heads x head_dim per sequence), the same way MFU is usually
@@ -30,6 +33,7 @@ import tempfile
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import torch
@@ -42,6 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import host  # noqa: E402
 from hljax import sharding as shd  # noqa: E402
 from hljax.checkpoint import hf  # noqa: E402
+from hljax.kernels import cpu_attention  # noqa: E402
 from hljax.models import qwen3  # noqa: E402
 from hljax.models.config import ModelConfig, RopeConfig  # noqa: E402
 from hljax.rl.batching import pack, split_micro  # noqa: E402
@@ -59,8 +64,6 @@ LR, WEIGHT_DECAY = 1e-4, 1e-4  # optax.adamw's default weight decay, given to to
 
 
 def matmul_peak(n=2048, reps=5) -> float:
-    import jax.numpy as jnp
-
     a = jnp.ones((n, n), jnp.float32)
     f = jax.jit(lambda x, y: x @ y)
     f(a, a).block_until_ready()
@@ -194,6 +197,8 @@ def main():
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (compiles)")
     parser.add_argument("--mode", default="both", choices=["sft", "grpo", "both"])
+    parser.add_argument("--attention", default="xla", choices=["xla", "kernel"],
+                        help="our attention: XLA's programs or the CPU kernel (model.attention_kernel)")
     parser.add_argument("--peer", default="on", choices=["on", "off"])
     parser.add_argument("--torch-compile", action="store_true", help="also time the peer under torch.compile")
     host.add_args(parser)
@@ -204,7 +209,9 @@ def main():
 
     jax_peak, torch_peak = matmul_peak(), torch_matmul_peak()
     peak = max(jax_peak, torch_peak)
-    cfg = ModelConfig(**SIZES[args.size], rope=RopeConfig(theta=1e6), tie_word_embeddings=True)
+    cfg = ModelConfig(**SIZES[args.size], rope=RopeConfig(theta=1e6), tie_word_embeddings=True,
+                      attention_kernel=cpu_attention.resolve("on" if args.attention == "kernel" else "off", jnp.float32,
+                                                             SIZES[args.size]["head_dim"], jax.device_count()))
     mesh = shd.make_mesh()
     model = qwen3.create(cfg, mesh)
     n_params = sum(x.size for x in jax.tree.leaves(nnx.state(model)))
@@ -228,7 +235,8 @@ def main():
         ours.set_mode(mode)
         xla_flops = ours.xla_flops()
         loss, dt = timed_steps(ours, args.warmup, args.steps)
-        print(f"{args.size} {mode} ({n_params / 1e6:.1f} M params), batch {B} x {L} tokens: {dt * 1e3:.0f} ms/step, "
+        print(f"{args.size} {mode} ({n_params / 1e6:.1f} M params, {args.attention} attention), batch {B} x {L} "
+              f"tokens: {dt * 1e3:.0f} ms/step, "
               f"{B * L / dt:.0f} tokens/s, model {flops / dt / 1e9:.1f} GFLOP/s = {flops / dt / peak:.1%} of peak "
               f"(XLA counts {xla_flops / 1e9:.1f} GFLOP/step vs model {flops / 1e9:.1f})", flush=True)
         theirs = {}

@@ -27,7 +27,7 @@ from hljax.models.config import ModelConfig
 log = logging.getLogger(__name__)
 
 # How the engine stores and runs the weights, not what they are: these may differ from the trainer's.
-SERVING_FIELDS = ("dtype", "param_dtype", "remat", "linear_chunk_size")
+SERVING_FIELDS = ("dtype", "param_dtype", "remat", "attention_kernel", "linear_chunk_size")
 
 
 def architecture_diff(a: ModelConfig, b: ModelConfig) -> list[str]:

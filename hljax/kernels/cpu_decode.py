@@ -1,6 +1,6 @@
-"""The CPU decode kernels of `cpu_decode.cc` (a skinny packed matmul, a row-dot matmul for a tied
+"""The CPU kernels of `cpu_decode.cc` (a skinny packed matmul, a row-dot matmul for a tied
 embedding, one-token attention, in-place KV-cache writes and prefilled-row copies, the embedding
-lookup): build, register, call. They run on CPUs only, with fp32 or bf16
+lookup) and `cpu_attention.cc` (training attention, hljax/kernels/cpu_attention.py): build, register, call. They run on CPUs only, with fp32 or bf16
 weights and caches; accelerators run everything through XLA.
 
 The C++ file is compiled on first use with the system C++ compiler against the XLA FFI headers that
@@ -26,7 +26,10 @@ import jax.numpy as jnp
 import jaxlib.version
 import numpy as np
 
-_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_decode.cc")
+_DIR = os.path.dirname(os.path.abspath(__file__))
+# Compiled into one library; the header is part of the build key.
+_SOURCES = [os.path.join(_DIR, name) for name in ("cpu_decode.cc", "cpu_attention.cc")]
+_HEADERS = [os.path.join(_DIR, "cpu_simd.h")]
 _BASE_FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC"]
 # Instruction set -> (compiler flags, columns per packed panel: kPw in cpu_decode.cc).
 ISAS = {"avx512": (["-mavx512f", "-mfma"], 48), "avx2": (["-mavx2", "-mfma"], 24)}
@@ -87,8 +90,10 @@ def _build(isa_name: str) -> str:
     compiler = os.environ.get("CXX") or "g++"
     if shutil.which(compiler) is None:
         raise KernelUnavailable(f"no C++ compiler {compiler!r} found (set CXX or install g++)")
-    with open(_SOURCE, "rb") as f:
-        source = f.read()
+    source = b""
+    for path in _SOURCES + _HEADERS:
+        with open(path, "rb") as f:
+            source += f.read()
     flags = _BASE_FLAGS + ISAS[isa_name][0]
     key = build_key(source, flags, _compiler_id(compiler), jaxlib.version.__version__, jax.ffi.include_dir())
     out_dir = os.path.join(_cache_dir(), key)
@@ -99,11 +104,11 @@ def _build(isa_name: str) -> str:
     # Build beside the target and rename: concurrent processes never load a half-written library.
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
     os.close(fd)
-    cmd = [compiler, *flags, f"-I{jax.ffi.include_dir()}", _SOURCE, "-o", tmp]
+    cmd = [compiler, *flags, f"-I{jax.ffi.include_dir()}", f"-I{_DIR}", *_SOURCES, "-o", tmp]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         os.unlink(tmp)
-        raise KernelUnavailable(f"compiling {_SOURCE} failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
+        raise KernelUnavailable(f"compiling {', '.join(_SOURCES)} failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
     os.replace(tmp, lib)
     return lib
 
@@ -124,7 +129,8 @@ def availability() -> str | None:
     for target, symbol in (("hljax_matmul_packed", lib.HljaxMatmulPacked), ("hljax_matmul_nt", lib.HljaxMatmulNt),
                            ("hljax_decode_attention", lib.HljaxDecodeAttention), ("hljax_kv_write", lib.HljaxKvWrite),
                            ("hljax_take_rows", lib.HljaxTakeRows), ("hljax_copy_rows", lib.HljaxCopyRows),
-                           ("hljax_unpack", lib.HljaxUnpack)):
+                           ("hljax_unpack", lib.HljaxUnpack), ("hljax_attention_forward", lib.HljaxAttentionForward),
+                           ("hljax_attention_backward", lib.HljaxAttentionBackward)):
         jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
     return None
 

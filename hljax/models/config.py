@@ -72,6 +72,9 @@ class ModelConfig:
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
     remat: bool = False  # Recompute each layer's activations in the backward pass.
+    # Attention over many query tokens (training, scoring, prefill) through the CPU kernel of
+    # hljax/kernels/cpu_attention.py (fp32, one device); decode steps are the engine's business.
+    attention_kernel: bool = False
     # Qwen3.5 (hybrid): per-layer "full_attention" | "linear_attention"; () means all full attention.
     layer_types: tuple[str, ...] = ()
     linear_conv_kernel_dim: int = 4  # Gated DeltaNet causal depthwise conv width.

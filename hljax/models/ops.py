@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from hljax import sharding as shd
-from hljax.kernels import cpu_decode
+from hljax.kernels import cpu_attention, cpu_decode
 
 # Finite so fully masked rows (left padding) give a uniform softmax instead of NaN.
 MASKED = -1e30
@@ -158,15 +158,19 @@ def whole_causal_attention() -> Iterator[None]:
 
 
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float, dtype,
-              filled: jax.Array | None = None, causal: bool = False) -> jax.Array:
+              filled: jax.Array | None = None, causal: bool = False, kernel: bool = False) -> jax.Array:
     """Grouped-query attention. q: [B, T, N, H]; k, v: [B, K, S, H] (a cache: in its stored dtype);
     mask: [B, T, S] bool -> [B, T, N, H] in `dtype`.
 
     filled: with a cache, the slots written so far (the kernel reads no slot past it); one decode
     token inside `use_kernels()` then goes through the kernel.
     causal: T == S and mask[:, t, s] is False for every s > t (self-attention over the fresh keys):
-    query blocks skip the keys past their end."""
+    query blocks skip the keys past their end.
+    kernel: more than one query token goes through hljax/kernels/cpu_attention.py (fp32 q, k, v; it
+    skips fully masked tiles itself, and gives 0 where a query keeps no key, which only padding does)."""
     B, T, N, H = q.shape
+    if kernel and T > 1:
+        return cpu_attention.attention(q, k.astype(jnp.float32), v.astype(jnp.float32), mask, scale).astype(dtype)
     K = k.shape[1]
     if (filled is not None and T == 1 and _ATTENTION.get() and k.dtype in cpu_decode.WEIGHT_DTYPES
             and k.dtype == v.dtype):

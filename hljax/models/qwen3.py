@@ -171,7 +171,8 @@ class Attention(nnx.Module):
 
         filled = None if cache is None else jnp.max(cache_index) + T
         # A mask over the fresh keys alone (training, prefill, a shared prefix) is causal: blocks skip ahead.
-        out = ops.attention(q, k, v, mask, cfg.head_dim**-0.5, x.dtype, filled, causal=mask.shape[-1] == T)
+        out = ops.attention(q, k, v, mask, cfg.head_dim**-0.5, x.dtype, filled, causal=mask.shape[-1] == T,
+                            kernel=cfg.attention_kernel)
         y = dense(out.reshape(B, T, -1), self.o_proj)
         if cfg.attention_bias:
             y = y + self.o_bias[...].astype(x.dtype)

@@ -124,7 +124,8 @@ class GatedAttention(nnx.Module):
                 k, v = cache.k, cache.v
         filled = None if cache is None else jnp.max(cache_index) + T
         # A mask over the fresh keys alone (training, prefill, a shared prefix) is causal: blocks skip ahead.
-        out = ops.attention(q, k, v, mask, H**-0.5, x.dtype, filled, causal=mask.shape[-1] == T)
+        out = ops.attention(q, k, v, mask, H**-0.5, x.dtype, filled, causal=mask.shape[-1] == T,
+                            kernel=self.cfg.attention_kernel)
         out = out * jax.nn.sigmoid(gate)
         y = dense(out.reshape(B, T, -1), self.o_proj)
         return y, cache

@@ -39,9 +39,11 @@ from hljax.config import check_rerun, save_config, to_json
 from hljax.endpoints import solver_spec, to_generator_spec
 from hljax.generate.engine import Engine, EngineConfig, Request
 from hljax.generate.types import SamplingParams
+from hljax.kernels import cpu_attention
 from hljax.loop import rewards as rw
 from hljax.loop.revision import candidate
 from hljax.mesh import MeshConfig
+from hljax.models.config import ModelConfig
 from hljax.rl import sft_data
 from hljax.rl.batching import (bucket_length, completion_logprobs, pack, pack_prefixes, place_completion_logprobs,
                                shared_prompts, split_micro)
@@ -84,8 +86,10 @@ class Trainer:
         self.init_path = self._initial_weights()
         xla_options.warn_if_remat_saves_nothing(cfg.model.remat)
         dtype = getattr(jnp, cfg.model.dtype)
+        self.attention_kernel = cpu_attention.resolve(cfg.model.attention_kernel, dtype,
+                                                      ModelConfig.from_pretrained(self.init_path).head_dim, self.mesh.size)
         self.model = hf.load_hf(self.init_path, self.mesh, dtype=dtype, param_dtype=getattr(jnp, cfg.model.param_dtype),
-                                remat=cfg.model.remat)
+                                remat=cfg.model.remat, attention_kernel=self.attention_kernel)
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(self.init_path)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.stage = None
@@ -370,7 +374,8 @@ class Trainer:
             enable_thinking=cfg.model.enable_thinking)
         self.rollouts.sync(self._host_model(), version=str(step))  # Resumed or post-SFT weights.
         if cfg.loss.beta > 0:
-            self.ref_model = hf.load_hf(self._reference_path(), self.mesh, dtype=getattr(jnp, cfg.model.dtype))
+            self.ref_model = hf.load_hf(self._reference_path(), self.mesh, dtype=getattr(jnp, cfg.model.dtype),
+                                        attention_kernel=self.attention_kernel)
 
     def _grpo_step(self, step: int) -> dict:
         cfg, g = self.cfg, self.cfg.grpo

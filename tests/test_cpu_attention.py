@@ -1,0 +1,169 @@
+"""The CPU attention kernel (hljax/kernels/cpu_attention.cc), forward and gradient, against torch in
+float64 and a model with it against transformers."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from hljax import sharding as shd
+from hljax.checkpoint import hf
+from hljax.kernels import cpu_attention, cpu_decode
+from tests import tiny
+
+UNAVAILABLE = cpu_decode.availability()
+needs_kernels = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"CPU kernels unavailable: {UNAVAILABLE}")
+
+
+def _torch_reference(q, k, v, mask, scale, w):
+    """float64 attention by its definition and the gradients of sum(out * w): a query that keeps no
+    key gives 0, as the kernel does."""
+    q, k, v = (torch.tensor(np.asarray(a), dtype=torch.float64, requires_grad=True) for a in (q, k, v))
+    B, T, N, H = q.shape
+    K = k.shape[1]
+    kk = k.repeat_interleave(N // K, dim=1)  # [B, N, S, H]
+    vv = v.repeat_interleave(N // K, dim=1)
+    m = torch.tensor(np.asarray(mask))[:, None]  # [B, 1, T, S]
+    s = torch.einsum("btnh,bnsh->bnts", q, kk) * scale
+    p = torch.softmax(s.masked_fill(~m, -torch.inf), -1).nan_to_num(0.0)
+    out = torch.einsum("bnts,bnsh->btnh", p, vv)
+    (out * torch.tensor(np.asarray(w), dtype=torch.float64)).sum().backward()
+    return [a.detach().numpy() for a in (out, q.grad, k.grad, v.grad)]
+
+
+def _mask(kind, B, T, S, rng):
+    if kind == "random":
+        m = rng.random((B, T, S)) < 0.3
+        m[0, 3] = False  # A query that keeps no key.
+        return m
+    m = np.tril(np.ones((T, S), bool), k=S - T)[None].repeat(B, 0)  # Causal, queries at the end.
+    if kind == "padded":
+        m[0, :, :11] = False  # Left padding: the first rows keep no key at all.
+        m[-1, :, S - 5 :] = False
+    return m
+
+
+@needs_kernels
+@pytest.mark.parametrize("B,T,S,N,K,H,kind", [(2, 70, 70, 4, 2, 32, "causal"), (3, 130, 130, 8, 4, 64, "padded"),
+                                              (2, 17, 150, 4, 2, 16, "random"), (1, 200, 200, 2, 2, 64, "causal"),
+                                              (2, 33, 97, 6, 2, 32, "padded"), (1, 64, 64, 1, 1, 128, "causal")])
+def test_attention_and_its_gradient_equal_torch_float64(B, T, S, N, K, H, kind):
+    rng = np.random.default_rng(B * T + S + N + H)
+    q = jnp.asarray(rng.normal(size=(B, T, N, H)), jnp.float32)
+    k = jnp.asarray(rng.normal(size=(B, K, S, H)), jnp.float32)
+    v = jnp.asarray(rng.normal(size=(B, K, S, H)), jnp.float32)
+    w = jnp.asarray(rng.normal(size=(B, T, N, H)), jnp.float32)
+    mask = jnp.asarray(_mask(kind, B, T, S, rng))
+    scale = H**-0.5
+
+    def loss(q, k, v):
+        return jnp.sum(cpu_attention.attention(q, k, v, mask, scale) * w)
+
+    out = jax.jit(cpu_attention.attention, static_argnums=4)(q, k, v, mask, scale)
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
+    for got, want, name in zip((out, *grads), _torch_reference(q, k, v, mask, scale, w), ("out", "dq", "dk", "dv")):
+        np.testing.assert_allclose(np.asarray(got), want, atol=2e-5 * np.abs(want).max(), err_msg=name)
+
+
+def _qwen3(path, kernel):
+    return hf.load_hf(path, shd.single_device_mesh(), attention_kernel=kernel)
+
+
+@pytest.fixture(scope="module")
+def tiny_h32(tmp_path_factory):
+    """A tiny Qwen3 whose head_dim (32) the kernel takes (tests/tiny.py's 24 is not a lane multiple)."""
+    return tiny.save_hf_qwen3(str(tmp_path_factory.mktemp("qwen3_h32")), head_dim=32)
+
+
+@needs_kernels
+def test_a_model_with_the_kernel_equals_transformers_and_its_gradient_equals_xlas(tiny_h32):
+    rng = np.random.default_rng(0)
+    B, T = 3, 150  # More than one key tile, and left padding in two rows.
+    tokens = rng.integers(3, 160, (B, T))
+    attention_mask = np.ones((B, T), np.int32)
+    attention_mask[1, :40] = 0
+    attention_mask[2, :7] = 0
+    positions = np.maximum(np.cumsum(attention_mask, axis=1) - 1, 0)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tiny_h32, attn_implementation="eager").eval()
+    with torch.no_grad():
+        want = ref(torch.tensor(tokens), attention_mask=torch.tensor(attention_mask),
+                   position_ids=torch.tensor(positions)).logits.numpy()
+    on, off = _qwen3(tiny_h32, True), _qwen3(tiny_h32, False)
+    assert on.cfg.attention_kernel and not off.cfg.attention_kernel
+    got = np.asarray(on(jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(attention_mask)))
+    real = attention_mask.astype(bool)
+    np.testing.assert_allclose(got[real], want[real], rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+    def loss_of(model):
+        from flax import nnx
+
+        graph, state = nnx.split(model)
+
+        def loss(state):
+            logits = nnx.merge(graph, state)(jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(attention_mask))
+            logp = jax.nn.log_softmax(logits[:, :-1], -1)
+            picked = jnp.take_along_axis(logp, jnp.asarray(tokens)[:, 1:, None], -1)[..., 0]
+            # Real positions predicting real tokens: a padding position's output is 0 here, v's mean in XLA.
+            return -jnp.sum(picked * jnp.asarray(attention_mask[:, 1:] * attention_mask[:, :-1]))
+
+        return jax.jit(jax.value_and_grad(loss))(state)
+
+    (l_on, g_on), (l_off, g_off) = loss_of(on), loss_of(off)
+    np.testing.assert_allclose(float(l_on), float(l_off), rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(g_on), jax.tree.leaves(g_off)):
+        a, b = np.asarray(a), np.asarray(b)
+        np.testing.assert_allclose(a, b, atol=1e-4 * max(np.abs(b).max(), 1e-6))
+
+
+@needs_kernels
+def test_resolve_says_when_and_why_the_kernel_is_not_used():
+    assert cpu_attention.resolve("off", jnp.float32, 64, 1) is False
+    assert cpu_attention.resolve("auto", jnp.float32, 64, 1) is True
+    assert cpu_attention.resolve("auto", jnp.float32, 64, 8) is False  # The call is not partitioned.
+    assert cpu_attention.resolve("auto", jnp.bfloat16, 64, 1) is False
+    with pytest.raises(cpu_decode.KernelUnavailable, match="fp32 only"):
+        cpu_attention.resolve("on", jnp.bfloat16, 64, 1)
+    with pytest.raises(cpu_decode.KernelUnavailable, match="head_dim 20 is not a multiple"):
+        cpu_attention.resolve("on", jnp.float32, 20, 1)
+    with pytest.raises(cpu_decode.KernelUnavailable, match="8 devices"):
+        cpu_attention.resolve("on", jnp.float32, 64, 8)
+
+
+def test_an_unknown_mode_is_a_config_error():
+    from hljax.config import ConfigError, ModelSpec, typed
+
+    with pytest.raises(ConfigError, match="attention_kernel"):
+        typed(ModelSpec, {"attention_kernel": "yes"}, "config.model")
+
+
+@needs_kernels
+def test_a_grpo_step_on_shared_prompts_with_the_kernel_equals_torch_sgd_on_whole_rows(tiny_h32, tmp_path):
+    """The GRPO step's layout, prompt run once and its keys and values shared by the group (attention
+    over a cache of prefix + own keys, T > 1), with the kernel: every weight after one SGD step."""
+    import optax
+    from flax import nnx
+    from safetensors.numpy import load_file
+
+    from hljax.rl.train_step import global_batch, sequence_logprobs_jit, train_step
+    from tests.test_shared_prompts import ADV, GRPO, LR, _grpo_batch, _shared, _torch_logp
+
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tiny_h32, attn_implementation="eager").train()
+    logp, mask = _torch_logp(ref)
+    adv = torch.from_numpy(ADV).double()[:, None]
+    loss = -(adv * torch.exp(logp - logp.detach()) * mask).sum() / mask.sum()
+    want = tiny.torch_sgd_step(ref, loss, LR)
+
+    mesh = shd.single_device_mesh()
+    model = _qwen3(tiny_h32, True)
+    seqs, prefix, _ = _shared()
+    with shd.use_mesh(mesh):
+        old = np.asarray(sequence_logprobs_jit(model, jax.tree.map(jnp.asarray, seqs), 1.0, 16,
+                                               jax.tree.map(jnp.asarray, prefix)))
+        opt = nnx.Optimizer(model, optax.sgd(LR), wrt=nnx.Param)
+        metrics = jax.device_get(train_step(model, opt, global_batch(_grpo_batch(seqs, prefix, old, 2), mesh, 8), GRPO))
+    np.testing.assert_allclose(metrics["loss"], loss.item(), rtol=1e-5, atol=1e-6)
+    got = load_file(f"{hf.save_hf(model, str(tmp_path / 'out'), dtype='float32')}/model.safetensors")
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], atol=2e-5, rtol=1e-4, err_msg=k)
