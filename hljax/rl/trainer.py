@@ -86,8 +86,8 @@ class Trainer:
         self.init_path = self._initial_weights()
         xla_options.warn_if_remat_saves_nothing(cfg.model.remat)
         dtype = getattr(jnp, cfg.model.dtype)
-        self.attention_kernel = cpu_attention.resolve(cfg.model.attention_kernel, dtype,
-                                                      ModelConfig.from_pretrained(self.init_path).head_dim, self.mesh.size)
+        self.attention_kernel = cfg.model.attention_kernel != "off" and cpu_attention.resolve(
+            cfg.model.attention_kernel, dtype, ModelConfig.from_pretrained(self.init_path).head_dim, self.mesh.size)
         self.model = hf.load_hf(self.init_path, self.mesh, dtype=dtype, param_dtype=getattr(jnp, cfg.model.param_dtype),
                                 remat=cfg.model.remat, attention_kernel=self.attention_kernel)
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(self.init_path)
