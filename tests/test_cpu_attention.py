@@ -167,3 +167,19 @@ def test_a_grpo_step_on_shared_prompts_with_the_kernel_equals_torch_sgd_on_whole
     got = load_file(f"{hf.save_hf(model, str(tmp_path / 'out'), dtype='float32')}/model.safetensors")
     for k in want:
         np.testing.assert_allclose(got[k], want[k], atol=2e-5, rtol=1e-4, err_msg=k)
+
+
+@needs_kernels
+def test_launch_train_with_attention_kernel_on_trains_through_it(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    argv = [sys.executable, "-m", "launch.train", "--config", os.path.join(root, "configs/tiny.py"),
+            f"--config.run_dir={tmp_path / 'run'}", "--config.mode=sft", "--config.sft.steps=2",
+            "--config.sft.eval_rows=0", "--config.model.attention_kernel=on", "--config.metrics.backends=('jsonl',)"]
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # One device: the kernel call is not partitioned.
+    out = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "attention: hljax CPU kernel" in out.stdout + out.stderr
