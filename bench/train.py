@@ -3,7 +3,7 @@ as a fraction of a matmul peak measured in the same run.
 
     python bench/train.py [--size small] [--batch 8] [--length 512] [--steps 5] [--warmup 1]
                           [--mode sft|grpo|both] [--peer on|off] [--torch-compile] [--allow-load]
-                          [--attention xla|kernel]
+                          [--attention xla|kernel|both]
 
 Each mode times one optimiser step (forward, backward, AdamW) on B x L tokens, half prompt and half
 completion: `sft` minimises cross-entropy on the completion tokens, `grpo` the clipped-ratio policy
@@ -16,7 +16,8 @@ vocabulary projection (as TRL's GRPO trainer does). `--torch-compile` also times
 torch.compile (compiling is not timed) and compares with the faster of the two. Both sides run the
 same AdamW (lr 1e-4, optax's defaults: betas 0.9/0.999, eps 1e-8, weight decay 1e-4) without clipping.
 `--attention kernel` runs our attention through the CPU kernel (`model.attention_kernel`,
-hljax/kernels/cpu_attention.py) instead of XLA's programs.
+hljax/kernels/cpu_attention.py) instead of XLA's programs; `both` times the two on the same weights,
+one after the other, and compares the faster with the peer.
 
 Model FLOPs per step are counted analytically (6 x matmul parameters x tokens for forward + backward,
 plus attention's 12 x layers x T^2 x heads x head_dim per sequence), the same way MFU is usually
@@ -197,7 +198,7 @@ def main():
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (compiles)")
     parser.add_argument("--mode", default="both", choices=["sft", "grpo", "both"])
-    parser.add_argument("--attention", default="xla", choices=["xla", "kernel"],
+    parser.add_argument("--attention", default="xla", choices=["xla", "kernel", "both"],
                         help="our attention: XLA's programs or the CPU kernel (model.attention_kernel)")
     parser.add_argument("--peer", default="on", choices=["on", "off"])
     parser.add_argument("--torch-compile", action="store_true", help="also time the peer under torch.compile")
@@ -209,16 +210,19 @@ def main():
 
     jax_peak, torch_peak = matmul_peak(), torch_matmul_peak()
     peak = max(jax_peak, torch_peak)
-    cfg = ModelConfig(**SIZES[args.size], rope=RopeConfig(theta=1e6), tie_word_embeddings=True,
-                      attention_kernel=cpu_attention.resolve("on" if args.attention == "kernel" else "off", jnp.float32,
-                                                             SIZES[args.size]["head_dim"], jax.device_count()))
+    cfg = ModelConfig(**SIZES[args.size], rope=RopeConfig(theta=1e6), tie_word_embeddings=True)
     mesh = shd.make_mesh()
     model = qwen3.create(cfg, mesh)
     n_params = sum(x.size for x in jax.tree.leaves(nnx.state(model)))
     B, L = args.batch, args.length
     data = make_batch(cfg, B, L)
     modes = ["sft", "grpo"] if args.mode == "both" else [args.mode]
-    ours = Ours(model, mesh, data, modes[0], LossConfig().logprob_chunk)
+    ours = {}
+    for name in ["xla", "kernel"] if args.attention == "both" else [args.attention]:
+        on = cpu_attention.resolve("on" if name == "kernel" else "off", jnp.float32, cfg.head_dim, jax.device_count())
+        m = qwen3.create(dataclasses.replace(cfg, attention_kernel=on), mesh)
+        nnx.update(m, jax.tree.map(jnp.copy, nnx.state(model)))  # The same initial weights, own buffers.
+        ours[name] = Ours(m, mesh, data, modes[0], LossConfig().logprob_chunk)
     peers = {}
     if args.peer == "on":
         with tempfile.TemporaryDirectory() as d:
@@ -232,13 +236,21 @@ def main():
           flush=True)
     flops = model_flops(cfg, B, L)
     for mode in modes:
-        ours.set_mode(mode)
-        xla_flops = ours.xla_flops()
-        loss, dt = timed_steps(ours, args.warmup, args.steps)
-        print(f"{args.size} {mode} ({n_params / 1e6:.1f} M params, {args.attention} attention), batch {B} x {L} "
-              f"tokens: {dt * 1e3:.0f} ms/step, "
-              f"{B * L / dt:.0f} tokens/s, model {flops / dt / 1e9:.1f} GFLOP/s = {flops / dt / peak:.1%} of peak "
-              f"(XLA counts {xla_flops / 1e9:.1f} GFLOP/step vs model {flops / 1e9:.1f})", flush=True)
+        times = {}
+        for name, side in ours.items():
+            side.set_mode(mode)
+            xla_flops = side.xla_flops()
+            loss, times[name] = timed_steps(side, args.warmup, args.steps)
+            dt = times[name]
+            print(f"{args.size} {mode} ({n_params / 1e6:.1f} M params, {name} attention), batch {B} x {L} "
+                  f"tokens: {dt * 1e3:.0f} ms/step, {B * L / dt:.0f} tokens/s, model {flops / dt / 1e9:.1f} GFLOP/s = "
+                  f"{flops / dt / peak:.1%} of peak (XLA counts {xla_flops / 1e9:.1f} GFLOP/step, custom calls not "
+                  f"included, vs model {flops / 1e9:.1f}) | first-step loss {loss:.5f}", flush=True)
+        if len(times) == 2:
+            print(f"{args.size} {mode}: kernel attention vs XLA attention: {times['xla'] / times['kernel']:5.2f}x the "
+                  f"speed ({times['kernel'] * 1e3:.0f} vs {times['xla'] * 1e3:.0f} ms/step)", flush=True)
+        fastest = min(times, key=times.get)
+        dt = times[fastest]
         theirs = {}
         for name, peer in peers.items():
             peer.mode = mode
@@ -250,7 +262,8 @@ def main():
                   flush=True)
         if theirs:
             best = min(theirs, key=theirs.get)
-            print(f"{args.size} {mode}: ours vs torch best ({best}): {theirs[best] / dt:5.2f}x the speed "
+            print(f"{args.size} {mode}: ours ({fastest} attention) vs torch best ({best}): "
+                  f"{theirs[best] / dt:5.2f}x the speed "
                   f"({dt * 1e3:.0f} vs {theirs[best] * 1e3:.0f} ms/step)", flush=True)
 
 
