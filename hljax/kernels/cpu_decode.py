@@ -1,14 +1,16 @@
 """The CPU kernels of `cpu_decode.cc` (a skinny packed matmul, a row-dot matmul for a tied
 embedding, one-token attention, in-place KV-cache writes and prefilled-row copies, the embedding
-lookup) and `cpu_attention.cc` (training attention, hljax/kernels/cpu_attention.py): build, register, call. They run on CPUs only, with fp32 or bf16
-weights and caches; accelerators run everything through XLA.
+lookup) and `cpu_attention.cc` (training attention: hljax/kernels/cpu_attention.py): build,
+register, call. They run on CPUs only, with fp32 or bf16 weights and caches; accelerators run
+everything through XLA.
 
-The C++ file is compiled on first use with the system C++ compiler against the XLA FFI headers that
-jaxlib ships, for this CPU's instruction set: AVX-512F (packed panels of 48 columns) or else AVX2 +
-FMA (panels of 24). `HLJAX_CPU_ISA=avx2` forces the AVX2 build on an AVX-512 CPU (to test it). The
-library is cached by source, flags, compiler and jaxlib version (`build_key`) under
-`$HLJAX_KERNEL_CACHE` (default `~/.cache/hljax/kernels`). `availability()` says whether the kernels can run here and, if not, why;
-callers decide what to do with that (the engine logs it, or raises when told to insist).
+The C++ files are compiled into one library on first use with the system C++ compiler against the
+XLA FFI headers that jaxlib ships, for this CPU's instruction set: AVX-512F (packed panels of 48
+columns) or else AVX2 + FMA (panels of 24). `HLJAX_CPU_ISA=avx2` forces the AVX2 build on an
+AVX-512 CPU (to test it). The library is cached by sources, flags, compiler and jaxlib version
+(`build_key`) under `$HLJAX_KERNEL_CACHE` (default `~/.cache/hljax/kernels`). `availability()` says
+whether the kernels can run here and, if not, why; callers decide what to do with that (the engine
+logs it, or raises when told to insist).
 """
 
 from __future__ import annotations
