@@ -58,6 +58,8 @@ from hljax.rl.train_step import TrainBatch, batch_sharding, train_step  # noqa: 
 SIZES = {
     "tiny": dict(vocab_size=6720, hidden_size=128, intermediate_size=384, num_layers=2, num_heads=4, num_kv_heads=2,
                  head_dim=32),
+    "tiny-deep": dict(vocab_size=6720, hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4,
+                      num_kv_heads=2, head_dim=32),  # configs/learning.py's proposer.
     "small": dict(vocab_size=8192, hidden_size=512, intermediate_size=1536, num_layers=8, num_heads=8,
                   num_kv_heads=4, head_dim=64),
 }
