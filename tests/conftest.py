@@ -22,6 +22,12 @@ from tests import tiny  # noqa: E402
 
 
 @pytest.fixture(scope="session")
+def tiny_h32(tmp_path_factory):
+    """A tiny random Qwen3 whose head_dim (32) the CPU attention kernel takes (24 is not a lane multiple)."""
+    return tiny.save_hf_qwen3(tmp_path_factory.mktemp("qwen3_h32"), head_dim=32)
+
+
+@pytest.fixture(scope="session")
 def tiny_untied(tmp_path_factory):
     """A tiny random Qwen3 with untied head, head_dim != hidden/heads and yarn RoPE, saved to disk."""
     return tiny.save_hf_qwen3(tmp_path_factory.mktemp("untied"), tie=False, rope="yarn")

@@ -1,5 +1,6 @@
 """The CPU attention kernel (hljax/kernels/cpu_attention.cc), forward and gradient, against torch in
-float64 and a model with it against transformers."""
+float64 and a model with it against transformers (its GRPO step on shared prompts against torch:
+tests/test_shared_prompts.py)."""
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +12,6 @@ import transformers
 from hljax import sharding as shd
 from hljax.checkpoint import hf
 from hljax.kernels import cpu_attention, cpu_decode
-from tests import tiny
 
 UNAVAILABLE = cpu_decode.availability()
 needs_kernels = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"CPU kernels unavailable: {UNAVAILABLE}")
@@ -69,12 +69,6 @@ def test_attention_and_its_gradient_equal_torch_float64(B, T, S, N, K, H, kind):
 
 def _qwen3(path, kernel):
     return hf.load_hf(path, shd.single_device_mesh(), attention_kernel=kernel)
-
-
-@pytest.fixture(scope="module")
-def tiny_h32(tmp_path_factory):
-    """A tiny Qwen3 whose head_dim (32) the kernel takes (tests/tiny.py's 24 is not a lane multiple)."""
-    return tiny.save_hf_qwen3(str(tmp_path_factory.mktemp("qwen3_h32")), head_dim=32)
 
 
 @needs_kernels
@@ -136,37 +130,6 @@ def test_an_unknown_mode_is_a_config_error():
 
     with pytest.raises(ConfigError, match="attention_kernel"):
         typed(ModelSpec, {"attention_kernel": "yes"}, "config.model")
-
-
-@needs_kernels
-def test_a_grpo_step_on_shared_prompts_with_the_kernel_equals_torch_sgd_on_whole_rows(tiny_h32, tmp_path):
-    """The GRPO step's layout, prompt run once and its keys and values shared by the group (attention
-    over a cache of prefix + own keys, T > 1), with the kernel: every weight after one SGD step."""
-    import optax
-    from flax import nnx
-    from safetensors.numpy import load_file
-
-    from hljax.rl.train_step import global_batch, sequence_logprobs_jit, train_step
-    from tests.test_shared_prompts import ADV, GRPO, LR, _grpo_batch, _shared, _torch_logp
-
-    ref = transformers.AutoModelForCausalLM.from_pretrained(tiny_h32, attn_implementation="eager").train()
-    logp, mask = _torch_logp(ref)
-    adv = torch.from_numpy(ADV).double()[:, None]
-    loss = -(adv * torch.exp(logp - logp.detach()) * mask).sum() / mask.sum()
-    want = tiny.torch_sgd_step(ref, loss, LR)
-
-    mesh = shd.single_device_mesh()
-    model = _qwen3(tiny_h32, True)
-    seqs, prefix, _ = _shared()
-    with shd.use_mesh(mesh):
-        old = np.asarray(sequence_logprobs_jit(model, jax.tree.map(jnp.asarray, seqs), 1.0, 16,
-                                               jax.tree.map(jnp.asarray, prefix)))
-        opt = nnx.Optimizer(model, optax.sgd(LR), wrt=nnx.Param)
-        metrics = jax.device_get(train_step(model, opt, global_batch(_grpo_batch(seqs, prefix, old, 2), mesh, 8), GRPO))
-    np.testing.assert_allclose(metrics["loss"], loss.item(), rtol=1e-5, atol=1e-6)
-    got = load_file(f"{hf.save_hf(model, str(tmp_path / 'out'), dtype='float32')}/model.safetensors")
-    for k in want:
-        np.testing.assert_allclose(got[k], want[k], atol=2e-5, rtol=1e-4, err_msg=k)
 
 
 @needs_kernels

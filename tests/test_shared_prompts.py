@@ -18,6 +18,7 @@ from safetensors.numpy import load_file
 
 from hljax import sharding as shd
 from hljax.checkpoint import hf
+from hljax.kernels import cpu_decode
 from hljax.mesh import MeshConfig
 from hljax.rl.batching import pack, pack_prefixes, shared_prompts, split_micro
 from hljax.rl.config import LossConfig
@@ -43,11 +44,20 @@ def tiny_q35(tmp_path_factory):
     return tq.save(tmp_path_factory.mktemp("q35share"), vision=False)
 
 
+KERNELS = cpu_decode.availability()
+# The attention kernel on the shared layout: attention over a cache of prefix + own keys, T > 1.
+WITH_KERNEL = pytest.param("tiny_h32", marks=pytest.mark.skipif(KERNELS is not None,
+                                                               reason=f"CPU kernels unavailable: {KERNELS}"))
+
+
 def _models(request, name):
     """(path, transformers model, hf.load_hf keyword arguments) of the tiny Qwen3 or Qwen3.5."""
     path = request.getfixturevalue(name)
     if name == "tiny_q35":
         return path, tq.causal_lm(path), dict(linear_chunk_size=16)
+    if name == "tiny_h32":
+        return path, transformers.AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager"), dict(
+            attention_kernel=True)
     return path, transformers.AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager"), {}
 
 
@@ -107,7 +117,7 @@ def _grpo_batch(seqs, prefix, old, n_micro=1):
 GRPO = LossConfig(mode="grpo", aggregation="token_mean", beta=0.0, eps_low=0.2, eps_high=0.28, logprob_chunk=16)
 
 
-@pytest.mark.parametrize("name", ["tiny_untied", "tiny_q35"])
+@pytest.mark.parametrize("name", ["tiny_untied", "tiny_q35", WITH_KERNEL])
 def test_one_grpo_step_on_shared_prompts_equals_torch_sgd_on_whole_rows(request, name, tmp_path):
     """At ratio 1 the clipped loss's gradient is -adv * grad log p, token mean: every weight after one
     SGD step, prompt-side ones included (the prefix's keys and values get the G rows' gradients summed)."""

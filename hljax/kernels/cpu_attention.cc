@@ -122,10 +122,8 @@ void MaskScores(const Dims& d, const bool* mask, int64_t b, int64_t t0, int64_t 
 }
 
 // rows [R, H] of x [B, T, N, H] for query tile (b, kv head kh, t0): row r = (t0 + r / G, head kh G + r % G).
-inline const float* QueryRow(const Dims& d, const float* x, int64_t b, int64_t kh, int64_t t0, int64_t r) {
-  return x + (((b * d.T) + t0 + r / d.G) * d.N + kh * d.G + r % d.G) * d.H;
-}
-inline float* QueryRow(const Dims& d, float* x, int64_t b, int64_t kh, int64_t t0, int64_t r) {
+template <typename T>
+inline T* QueryRow(const Dims& d, T* x, int64_t b, int64_t kh, int64_t t0, int64_t r) {
   return x + (((b * d.T) + t0 + r / d.G) * d.N + kh * d.G + r % d.G) * d.H;
 }
 

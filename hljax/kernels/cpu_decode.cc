@@ -40,6 +40,9 @@
 
 namespace {
 
+// Rows per register block: 8 x 3 accumulators + 3 weights + 1 broadcast <= 32 zmm registers; with
+// AVX2, 4 x 3 + 3 + 1 = 16 ymm registers.
+constexpr int kMr = kLanes == 16 ? 8 : 4;
 constexpr int kNr = 3;                  // Vectors per register panel.
 constexpr int64_t kPw = kNr * kLanes;   // Columns per register panel.
 

@@ -23,7 +23,6 @@ using bf16 = uint16_t;  // Raw bfloat16 bits: the high half of an fp32.
 
 #if defined(__AVX512F__)
 constexpr int kLanes = 16;
-constexpr int kMr = 8;  // Rows per register block: 8 x 3 accumulators + 3 weights + 1 broadcast <= 32.
 using Vec = __m512;
 inline Vec Zero() { return _mm512_setzero_ps(); }
 inline Vec Load(const float* p) { return _mm512_loadu_ps(p); }
@@ -46,7 +45,6 @@ inline Vec ZeroWhereBelow(Vec r, Vec x, float lim) {
 }
 #elif defined(__AVX2__) && defined(__FMA__)
 constexpr int kLanes = 8;
-constexpr int kMr = 4;  // 4 x 3 accumulators + 3 weights + 1 broadcast = 16 ymm registers.
 using Vec = __m256;
 inline Vec Zero() { return _mm256_setzero_ps(); }
 inline Vec Load(const float* p) { return _mm256_loadu_ps(p); }
