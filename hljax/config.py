@@ -158,7 +158,7 @@ class ModelSpec:
     remat: bool = False
     # Training and scoring attention (many query tokens) through hljax/kernels/cpu_attention.py, fp32 on
     # one CPU device: "auto" when it can run (else XLA, logged), "on" (an error if it cannot), "off".
-    attention_kernel: Literal["off", "auto", "on"] = "off"
+    attention_kernel: Literal["off", "auto", "on"] = "auto"
     # Qwen3's thinking mode in the proposer's chat template, for SFT rows, GRPO rollouts and state
     # refreshes alike. False: the template's empty think block, so the proposer answers with edits
     # straight away, as the teacher's SFT completions (which carry no reasoning) do.
