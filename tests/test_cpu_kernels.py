@@ -1,5 +1,7 @@
 """The CPU decode kernels (hljax/kernels/cpu_decode.cc) against numpy and transformers."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,6 +22,7 @@ from tests import tiny, tiny_qwen3_5
 
 UNAVAILABLE = cpu_decode.availability()
 needs_kernels = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"CPU kernels unavailable: {UNAVAILABLE}")
+needs_amx = pytest.mark.skipif(not cpu_decode.amx(), reason="no AMX bf16 tiles here (or the kernels are unavailable)")
 
 
 @needs_kernels
@@ -86,25 +89,47 @@ def test_unpack_inverts_pack(N):
     np.testing.assert_array_equal(np.asarray(cpu_decode.unpack(cpu_decode.pack(w), 33, N, after=w)), np.asarray(w))
 
 
+@needs_amx
+@pytest.mark.parametrize("M,K,N", [(16, 32, 96), (1, 64, 48), (17, 96, 101), (130, 64, 20), (33, 1000, 145),
+                                   (128, 256, 192), (5, 7, 1)])
+def test_amx_packed_matmul_equals_numpy(M, K, N):
+    """Rows and keys that do not fill a tile, narrow last panels, a lone last panel, one column."""
+    rng = np.random.default_rng(M * 1000 + K + N)
+    x, x64 = _bf16(rng.standard_normal((M, K)))
+    w, w64 = _bf16(rng.standard_normal((K, N)))
+    got = np.asarray(jax.jit(lambda x, w: cpu_decode.matmul_packed_amx(x, cpu_decode.pack(w), N))(x, w))
+    want = x64 @ w64
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def _calls(fn, *args) -> set[str]:
+    """The custom calls in fn's lowered program."""
+    return set(re.findall(r'custom_call @(\w+)', fn.lower(*args).as_text()))
+
+
 @needs_kernels
-@pytest.mark.parametrize("bf16_dots", [True, False])
-def test_many_bf16_rows_take_xla_bf16_dot_on_a_cpu_with_bf16_dots(monkeypatch, bf16_dots):
-    """A prefill's rows (BF16_DOT_ROWS or more) of a packed bf16 weight: on a CPU with bf16 dots, XLA's
-    product of the bf16-rounded activations, no kernel call; otherwise the kernel on fp32 activations."""
-    monkeypatch.setattr(cpu_decode, "bf16_dots", lambda: bf16_dots)
+@pytest.mark.parametrize("route", ["fma", "xla", "amx"])
+def test_many_bf16_rows_take_the_bf16_dot_route_on_a_cpu_with_bf16_dots(monkeypatch, route):
+    """A prefill's rows (BF16_DOT_ROWS or more) of a packed bf16 weight: on a CPU with bf16 dots, the
+    product of the bf16-rounded activations, by the AMX kernel where there is AMX, else XLA's dot on the
+    unpacked weight; without bf16 dots the kernel on fp32 activations."""
+    if route == "amx" and not cpu_decode.amx():
+        pytest.skip("no AMX bf16 tiles here")
+    monkeypatch.setattr(cpu_decode, "bf16_dots", lambda: route != "fma")
+    monkeypatch.setattr(cpu_decode, "amx", lambda: route == "amx")
     rng = np.random.default_rng(0)
     K, N, M = 64, 101, ops.BF16_DOT_ROWS
     w, w64 = _bf16(rng.standard_normal((K, N)))
     packed = nnx.Param(cpu_decode.pack(w), dense_in=1, packed_shape=(K, N))
     x = rng.standard_normal((2, M // 2, K)).astype(np.float32)
     fn = jax.jit(lambda x, p: ops.dense(x, nnx.Param(p, dense_in=1, packed_shape=(K, N))))
-    kernel_called = "hljax_matmul_packed" in fn.lower(x, packed[...]).as_text()
-    assert kernel_called is not bf16_dots
-    x64 = np.asarray(jnp.asarray(x, jnp.bfloat16).astype(jnp.float32), np.float64) if bf16_dots else x.astype(np.float64)
+    want_call = {"fma": {"hljax_matmul_packed"}, "xla": {"hljax_unpack"}, "amx": {"hljax_matmul_packed_amx"}}[route]
+    assert _calls(fn, x, packed[...]) == want_call
+    x64 = np.asarray(jnp.asarray(x, jnp.bfloat16).astype(jnp.float32), np.float64) if route != "fma" else x.astype(np.float64)
     want = x64 @ w64
     np.testing.assert_allclose(np.asarray(fn(x, packed[...])), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     few = jax.jit(lambda x, p: ops.dense(x, nnx.Param(p, dense_in=1, packed_shape=(K, N))))
-    assert "hljax_matmul_packed" in few.lower(x[:, :3], packed[...]).as_text()  # Decode's few rows: the kernel.
+    assert _calls(few, x[:, :3], packed[...]) == {"hljax_matmul_packed"}  # Decode's few rows: the kernel.
 
 
 @needs_kernels
@@ -112,6 +137,7 @@ def test_the_bf16_dot_route_holds_one_layers_unpacked_weight_at_a_time(monkeypat
     """Eight layers through the route: each unpacked copy lives for its own product only (XLA's
     scheduler unpacked all eight at the program's start when the copy did not wait for its input)."""
     monkeypatch.setattr(cpu_decode, "bf16_dots", lambda: True)
+    monkeypatch.setattr(cpu_decode, "amx", lambda: False)  # XLA's route: the one that unpacks.
     K = 20 * cpu_decode.panel_width()
     ws = [cpu_decode.pack(jnp.asarray(np.random.default_rng(i).standard_normal((K, K)) * 0.02, jnp.bfloat16))
           for i in range(8)]
@@ -220,14 +246,17 @@ def test_qwen3_5_kernel_decode_equals_xla_decode(tmp_path):
 
 
 @needs_kernels
-@pytest.mark.parametrize("bf16_dots", [False, True])
-def test_bf16_kernel_engine_agrees_with_the_bf16_xla_engine(tiny_untied, monkeypatch, bf16_dots):
+@pytest.mark.parametrize("route", ["fma", "xla", "amx"])
+def test_bf16_kernel_engine_agrees_with_the_bf16_xla_engine(tiny_untied, monkeypatch, route):
     """bf16 weights, activations and cache: the kernels accumulate in fp32 where XLA's bf16 dot may
     round differently, so tokens agree for a while rather than exactly, and log-probs within bf16 noise.
-    bf16_dots: every product of the kernel engine as on a CPU with bf16 dots and a prefill's many rows
-    (XLA's bf16 dot on the unpacked weight)."""
-    if bf16_dots:
+    xla / amx: every product of the kernel engine as on a CPU with bf16 dots and a prefill's many rows
+    (XLA's bf16 dot on the unpacked weight / the AMX kernel on the packed one)."""
+    if route == "amx" and not cpu_decode.amx():
+        pytest.skip("no AMX bf16 tiles here")
+    if route != "fma":
         monkeypatch.setattr(cpu_decode, "bf16_dots", lambda: True)
+        monkeypatch.setattr(cpu_decode, "amx", lambda: route == "amx")
         monkeypatch.setattr(ops, "BF16_DOT_ROWS", 1)
     mesh = shd.single_device_mesh()
     engines = [Engine(hf.load_hf(tiny_untied, mesh, dtype=jnp.bfloat16), mesh,

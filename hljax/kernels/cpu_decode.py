@@ -1,6 +1,7 @@
 """The CPU kernels of `cpu_decode.cc` (a skinny packed matmul, a row-dot matmul for a tied
 embedding, one-token attention, in-place KV-cache writes and prefilled-row copies, the embedding
-lookup) and `cpu_attention.cc` (training attention: hljax/kernels/cpu_attention.py): build,
+lookup), `cpu_attention.cc` (training attention: hljax/kernels/cpu_attention.py) and `cpu_amx.cc`
+(a prefill's bf16 products on AMX tiles): build,
 register, call. They run on CPUs only, with fp32 or bf16 weights and caches; accelerators run
 everything through XLA.
 
@@ -30,7 +31,7 @@ import numpy as np
 
 _DIR = os.path.dirname(os.path.abspath(__file__))
 # Compiled into one library; the header is part of the build key.
-_SOURCES = [os.path.join(_DIR, name) for name in ("cpu_decode.cc", "cpu_attention.cc")]
+_SOURCES = [os.path.join(_DIR, name) for name in ("cpu_decode.cc", "cpu_attention.cc", "cpu_amx.cc")]
 _HEADERS = [os.path.join(_DIR, "cpu_simd.h")]
 _BASE_FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC"]
 # Instruction set -> (compiler flags, columns per packed panel: kPw in cpu_decode.cc).
@@ -116,6 +117,11 @@ def _build(isa_name: str) -> str:
 
 
 @functools.cache
+def _library(isa_name: str) -> ctypes.CDLL:
+    return ctypes.CDLL(_build(isa_name))
+
+
+@functools.cache
 def availability() -> str | None:
     """None when the kernels can run here (they are then registered with XLA), else the reason they
     cannot. Decided once per process."""
@@ -123,7 +129,7 @@ def availability() -> str | None:
         return f"the default JAX backend is {jax.default_backend()!r}, not 'cpu' (accelerators run XLA only)"
     try:
         name = isa()
-        lib = ctypes.CDLL(_build(name))
+        lib = _library(name)
     except (KernelUnavailable, OSError) as e:
         return str(e)
     if lib.HljaxPanelWidth() != ISAS[name][1]:
@@ -131,7 +137,8 @@ def availability() -> str | None:
     for target, symbol in (("hljax_matmul_packed", lib.HljaxMatmulPacked), ("hljax_matmul_nt", lib.HljaxMatmulNt),
                            ("hljax_decode_attention", lib.HljaxDecodeAttention), ("hljax_kv_write", lib.HljaxKvWrite),
                            ("hljax_take_rows", lib.HljaxTakeRows), ("hljax_copy_rows", lib.HljaxCopyRows),
-                           ("hljax_unpack", lib.HljaxUnpack), ("hljax_attention_forward", lib.HljaxAttentionForward),
+                           ("hljax_unpack", lib.HljaxUnpack), ("hljax_matmul_packed_amx", lib.HljaxMatmulPackedAmx),
+                           ("hljax_attention_forward", lib.HljaxAttentionForward),
                            ("hljax_attention_backward", lib.HljaxAttentionBackward)):
         jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
     return None
@@ -170,6 +177,22 @@ def bf16_dots() -> bool:
     """Whether this CPU has bf16 dot-product instructions (AMX or AVX-512 BF16): XLA's bf16 products
     into fp32 then outrun the kernels' fp32 FMAs on many rows (docs/benchmarks.md)."""
     return bool({"amx_bf16", "avx512_bf16"} & _cpu_flags())
+
+
+@functools.cache
+def amx() -> bool:
+    """Whether `matmul_packed_amx` runs here: the kernels' AVX-512 build on a CPU with AMX bf16 tiles,
+    and Linux granted this process the tile state (decided once per process)."""
+    if not {"amx_bf16", "amx_tile"} <= _cpu_flags() or availability() is not None or isa() != "avx512":
+        return False
+    return _library(isa()).HljaxAmxInit() == 0
+
+
+def matmul_packed_amx(x: jax.Array, packed: jax.Array, n: int) -> jax.Array:
+    """x: [M, K] bf16; packed: pack(w) of a bf16 [K, n] w -> x @ w [M, n] fp32, products on AMX tiles
+    (fp32 sums). Only where `amx()`."""
+    out = jax.ShapeDtypeStruct((x.shape[0], n), jnp.float32)
+    return jax.ffi.ffi_call("hljax_matmul_packed_amx", out)(x, packed)
 
 
 def matmul_packed(x: jax.Array, packed: jax.Array, n: int) -> jax.Array:

@@ -72,11 +72,15 @@ def dense(x: jax.Array, w: nnx.Variable) -> jax.Array:
         return (x.reshape(-1, k) @ value.reshape(k, n).astype(x.dtype)).reshape(*x.shape[:-1], *out)
     rows = math.prod(x.shape[:-1])
     if value.dtype == jnp.bfloat16 and rows >= BF16_DOT_ROWS and cpu_decode.bf16_dots():
-        # A prefill's many rows on a CPU with bf16 dot instructions: XLA's bf16 product (activations
-        # rounded to bf16, as a bf16 model computes) on the weight unpacked for the call, the copy
-        # made once the input is there (so that one layer's copy at a time is held).
+        # A prefill's many rows on a CPU with bf16 dot instructions, activations rounded to bf16 as a
+        # bf16 model computes: with AMX, our tile kernel on the packed panels; else XLA's bf16 product
+        # on the weight unpacked for the call, the copy made once the input is there (so that one
+        # layer's copy at a time is held).
         x2 = x.reshape(rows, k).astype(jnp.bfloat16)
-        y = jnp.dot(x2, cpu_decode.unpack(value, k, n, after=x2), preferred_element_type=jnp.float32)
+        if cpu_decode.amx():
+            y = cpu_decode.matmul_packed_amx(x2, value, n)
+        else:
+            y = jnp.dot(x2, cpu_decode.unpack(value, k, n, after=x2), preferred_element_type=jnp.float32)
     else:
         y = cpu_decode.matmul_packed(x.reshape(rows, k).astype(jnp.float32), value, n)
     return y.astype(x.dtype).reshape(*x.shape[:-1], *out)
