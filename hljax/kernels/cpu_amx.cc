@@ -102,6 +102,19 @@ __attribute__((target("avx512f"))) void Interleave(const bf16* w, int64_t K, int
   }
 }
 
+// The next key step's tiles into L1 while this one's products run: the tiles stream from L2 (a pair of
+// X's row tiles and the unit's weights are 64-192 KB at 0.6B's shapes), and without it the products
+// ran at ~0.8x (thread time, 512 rows, 1024 x 3072 and 3072 x 1024).
+template <int MR, int NR>
+inline void Prefetch(const bf16* a0, const bf16* a1, const bf16* b0, const bf16* b1, int64_t at) {
+  for (int64_t line = 0; line < kTileElems * int64_t(sizeof(bf16)); line += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(a0 + at) + line, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b0 + at) + line, _MM_HINT_T0);
+    if constexpr (MR > 1) _mm_prefetch(reinterpret_cast<const char*>(a1 + at) + line, _MM_HINT_T0);
+    if constexpr (NR > 1) _mm_prefetch(reinterpret_cast<const char*>(b1 + at) + line, _MM_HINT_T0);
+  }
+}
+
 // c[0:16*MR, 0:16*NR] (rows ldc fp32 apart) = MR row tiles of X (a0, a1: consecutive key tiles) @ NR
 // interleaved column tiles (b0, b1), over `steps` tiles of keys. 2 x 2 reads 4 tiles per 4
 // products; each product is issued as soon as its two tiles are in (~10% faster than loads first).
@@ -113,6 +126,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void Block(const bf16* a0, const bf
   if constexpr (MR > 1) _tile_zero(2);
   if constexpr (MR > 1 && NR > 1) _tile_zero(3);
   for (int64_t k = 0; k < steps; ++k) {
+    if (k + 1 < steps) Prefetch<MR, NR>(a0, a1, b0, b1, (k + 1) * kTileElems);
     _tile_loadd(4, a0 + k * kTileElems, 64);
     _tile_loadd(6, b0 + k * kTileElems, 64);
     _tile_dpbf16ps(0, 4, 6);
