@@ -130,6 +130,9 @@ def test_many_bf16_rows_take_the_bf16_dot_route_on_a_cpu_with_bf16_dots(monkeypa
     np.testing.assert_allclose(np.asarray(fn(x, packed[...])), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     few = jax.jit(lambda x, p: ops.dense(x, nnx.Param(p, dense_in=1, packed_shape=(K, N))))
     assert _calls(few, x[:, :3], packed[...]) == {"hljax_matmul_packed"}  # Decode's few rows: the kernel.
+    if route == "amx":  # From AMX_ROWS rows on.
+        assert _calls(few, x[:, : ops.AMX_ROWS // 2], packed[...]) == want_call
+        assert _calls(few, x[:, : ops.AMX_ROWS // 2 - 1], packed[...]) == {"hljax_matmul_packed"}
 
 
 @needs_kernels
@@ -258,6 +261,7 @@ def test_bf16_kernel_engine_agrees_with_the_bf16_xla_engine(tiny_untied, monkeyp
         monkeypatch.setattr(cpu_decode, "bf16_dots", lambda: True)
         monkeypatch.setattr(cpu_decode, "amx", lambda: route == "amx")
         monkeypatch.setattr(ops, "BF16_DOT_ROWS", 1)
+        monkeypatch.setattr(ops, "AMX_ROWS", 1)
     mesh = shd.single_device_mesh()
     engines = [Engine(hf.load_hf(tiny_untied, mesh, dtype=jnp.bfloat16), mesh,
                       EngineConfig(max_batch=8, max_seq_len=128, cpu_kernels=mode)) for mode in ("on", "off")]

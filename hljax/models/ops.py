@@ -52,6 +52,9 @@ def packed_shape(w: nnx.Variable) -> tuple[int, ...] | None:
 # save); XLA's was 0.7x the kernel at 64 rows, 1.1-1.2x at 128 and 1.7-1.9x at 256 (Qwen3-0.6B
 # projections, one each, AMX host).
 BF16_DOT_ROWS = 128
+# The same for the AMX kernel (cpu_decode.amx()): 0.36-0.59x the fp32 kernel at 8 rows, 0.68-0.77x at
+# 16, 0.87-1.12x at 32, 1.48-1.75x at 64 (the same four projections, bench: docs/benchmarks.md).
+AMX_ROWS = 64
 
 
 def dense(x: jax.Array, w: nnx.Variable) -> jax.Array:
@@ -59,7 +62,8 @@ def dense(x: jax.Array, w: nnx.Variable) -> jax.Array:
 
     A 2D view of the weight: XLA's CPU dot is several times faster on [D, N*H] than on a dot with
     two output dimensions. A packed weight goes through the CPU kernel (fp32 activations inside), or,
-    for a bf16 weight and at least `BF16_DOT_ROWS` rows on a CPU with bf16 dots, XLA's bf16 dot."""
+    for a bf16 weight and many rows on a CPU with bf16 dots, the AMX kernel (`AMX_ROWS`) or XLA's bf16
+    dot (`BF16_DOT_ROWS`)."""
     value = w[...]
     n_in = dense_in(w)
     shape = packed_shape(w) or value.shape
@@ -71,7 +75,8 @@ def dense(x: jax.Array, w: nnx.Variable) -> jax.Array:
         # that cost a third of the small shape's train step.
         return (x.reshape(-1, k) @ value.reshape(k, n).astype(x.dtype)).reshape(*x.shape[:-1], *out)
     rows = math.prod(x.shape[:-1])
-    if value.dtype == jnp.bfloat16 and rows >= BF16_DOT_ROWS and cpu_decode.bf16_dots():
+    many = AMX_ROWS if cpu_decode.amx() else BF16_DOT_ROWS
+    if value.dtype == jnp.bfloat16 and rows >= many and cpu_decode.bf16_dots():
         # A prefill's many rows on a CPU with bf16 dot instructions, activations rounded to bf16 as a
         # bf16 model computes: with AMX, our tile kernel on the packed panels; else XLA's bf16 product
         # on the weight unpacked for the call, the copy made once the input is there (so that one
