@@ -1,10 +1,15 @@
 """The learning benchmark's proposer (bench/learning.py --config configs/learning.py, issue 33): the
 tiny default with the budget under which, on one seed, the RL proposer first tied symptoms to fixes.
 
-SFT of 1,000 steps on 1,680 generated rows (`python scripts/make_sft_tiny.py --rounds 80 --seed 1
---out runs/sft_learning.jsonl`; the bench makes it) instead of 200 on the bundled 504: the edits the
-SFT proposer writes become consistent (its note names the fix its edit makes in 40 of 40 proposals on
-the RL families, against 19 of 40 after 200 steps) and 0.69 of them apply on held-out SFT rows.
+SFT of 1,000 steps on 7,415 generated rows (`python scripts/make_sft_tiny.py --rounds 80 --seed 1
+--fixes all --seed-share 0.4 --default-names-share 0.5 --out runs/sft_learning.jsonl`; bench/learning.py
+makes them with `--sft-rounds 80 --sft-fixes all --sft-mix 0.4,0.5`) instead of 200 on the bundled 504:
+each of 1,680 drawn harnesses and reports paired with every fix it lacks, so nothing in a prompt
+predicts the fix, on harnesses that are mostly the seed (0.4) and the seed's shape carrying fixes (0.5),
+the ones adaptation reaches. Adopted 2026-12-07 by a rule written before the run (docs/benchmarks.md,
+issue 33's eleventh try): held out, single step, the RL proposer 0.228 +- 0.007 over 3 new seeds
+against the best fixed edit's 0.150 +- 0.007. With one drawn fix per harness (`--rounds 80 --seed 1`,
+1,680 rows, the earlier recipe) it was 0.165 +- 0.035 and the spreads overlapped.
 Then 120 GRPO steps with groups of 8 on live revision chains (each slot revises its family's seed
 harness, then that step's best candidate, then the seed again), a learning rate of 1e-3, a KL penalty
 of 0.2 towards the SFT proposer, and advantages scaled by the batch's reward std instead of each
@@ -14,7 +19,7 @@ seed harnesses alone the proposer re-proposed fixes a revised harness already ha
 The proposer is the tiny shape with 4 layers instead of 2 (`tiny-deep`), and its prompts cut a task
 description to 320 tokens (configs/tiny.py): both from issue 33's held-out failures, where the 2-layer
 proposer copied spans inexactly and wrote garbage on prompts past its trained positions.
-About 30 minutes a seed on 2 idle CPU cores (docs/benchmarks.md).
+About 25-30 minutes a seed on 2 idle CPU cores (docs/benchmarks.md).
 """
 
 from configs import tiny
