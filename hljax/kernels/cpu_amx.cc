@@ -3,15 +3,15 @@
 // on a CPU with AMX.
 //
 // XLA's bf16 dot runs on AMX too, but on a row-major weight, so the engine unpacked each packed panel
-// for the call (0.2 s of a 0.86 s 0.6B prefill, docs/benchmarks.md). Here each unit takes one panel
-// (48 columns = 3 tiles of 16), rewrites it once into AMX's pair-interleaved layout (rows 2i and 2i+1
-// of a column side by side: what TDPBF16PS multiplies) in a buffer that stays in L2, then runs every
-// 16-row block of X against it: per 32 keys, one X tile and three weight tiles into three fp32
-// accumulator tiles. Rows or keys that do not fill a tile go through a zero-padded copy of X.
+// for the call (0.2 s of a 0.86 s 0.6B prefill, docs/benchmarks.md). Here X is first laid out tile by
+// tile (zero-padded to whole tiles); each unit of work takes two panels (96 columns = 6 tiles of 16),
+// rewrites them once into AMX's pair-interleaved layout (rows 2i and 2i+1 of a column side by side:
+// what TDPBF16PS multiplies) in a buffer that stays in L2, then multiplies row tiles in pairs by
+// column tiles in pairs, sums in tiles over all keys, stored into Y.
 //
 // The tile instructions are compiled for these functions only (target attributes), so the library
 // still loads on CPUs without AMX; cpu_decode.py calls them only where /proc/cpuinfo lists amx_bf16
-// and the kernel (HljaxAmxInit) got the kernel's permission for tile data.
+// and Linux granted this process the tile state (HljaxAmxInit).
 
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -57,8 +57,8 @@ TileConfig MakeConfig() {
 
 __attribute__((target("amx-tile"))) void LoadConfig(const TileConfig& c) { _tile_loadconfig(&c); }
 
-// x [M, K] (rows ldx apart) -> tiles [Mp / 16][Kp / 32][16][32], zero past M rows and K keys: each
-// tile one contiguous KB, so a tile load reads 16 consecutive lines.
+// Rows 16 mb to 16 mb + 15 of x [M, K] -> their tiles in out [Mp / 16][Kp / 32][16][32], zero past M
+// rows and K keys: each tile one contiguous KB, so a tile load reads 16 consecutive lines.
 void PackRows(const bf16* x, int64_t M, int64_t K, int64_t mb, int64_t Kp, bf16* out) {
   for (int64_t kb = 0; kb < Kp / kTileKeys; ++kb) {
     bf16* tile = out + (mb * (Kp / kTileKeys) + kb) * kTileElems;
