@@ -32,9 +32,8 @@ constexpr int64_t kTileRows = 16;                   // Rows of X (and of Y) per 
 constexpr int64_t kTileKeys = 32;                   // bf16 products per tile row (64 bytes).
 constexpr int64_t kTileCols = 16;                   // fp32 columns of Y per tile.
 constexpr int64_t kTileElems = kTileRows * kTileKeys;  // bf16 per X or weight tile (1 KB).
-constexpr int64_t kPanel = 3 * kLanes;              // Columns per packed panel (cpu_decode.cc's kPw).
 constexpr int64_t kUnitPanels = 2;                  // Panels per unit of work: 6 column tiles, 3 pairs.
-constexpr int64_t kUnitTiles = kUnitPanels * kPanel / kTileCols;
+constexpr int64_t kUnitTiles = kUnitPanels * kPw / kTileCols;
 
 // AMX's tile configuration (palette 1): tiles 0-3 accumulate Y, 4-5 hold X, 6-7 the weights; every
 // tile 16 rows of 64 bytes (16 fp32, 32 bf16, or 16 pairs of bf16).
@@ -76,26 +75,26 @@ void PackRows(const bf16* x, int64_t M, int64_t K, int64_t mb, int64_t Kp, bf16*
 // rows 2i and 2i + 1 of the tile's 16 columns, what TDPBF16PS multiplies.
 __attribute__((target("avx512f"))) void Interleave(const bf16* w, int64_t K, int64_t N, int64_t n0, int64_t panels,
                                                    int64_t Kp, bf16* out) {
-  alignas(64) bf16 pad[2][kPanel];
+  alignas(64) bf16 pad[2][kPw];
   for (int64_t q = 0; q < panels; ++q) {
-    const int64_t cols = std::min(kPanel, N - n0 - q * kPanel);
-    const bf16* panel = w + (n0 + q * kPanel) * K;  // Every panel before it is full.
+    const int64_t cols = std::min(kPw, N - n0 - q * kPw);
+    const bf16* panel = w + (n0 + q * kPw) * K;  // Every panel before it is full.
     for (int64_t i = 0; i < Kp / 2; ++i) {
       const bf16* rows[2];
       for (int r = 0; r < 2; ++r) {
         const int64_t k = 2 * i + r;
-        if (cols == kPanel && k < K) {
-          rows[r] = panel + k * kPanel;
+        if (cols == kPw && k < K) {
+          rows[r] = panel + k * kPw;
         } else {  // A narrow panel's row, or a key past K: through a zero-padded copy.
-          std::fill(pad[r], pad[r] + kPanel, bf16(0));
+          std::fill(pad[r], pad[r] + kPw, bf16(0));
           if (k < K) std::memcpy(pad[r], panel + k * cols, cols * sizeof(bf16));
           rows[r] = pad[r];
         }
       }
-      for (int64_t t = 0; t < kPanel / kTileCols; ++t) {
+      for (int64_t t = 0; t < kPw / kTileCols; ++t) {
         const __m512i even = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(rows[0] + t * kTileCols)));
         const __m512i odd = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(rows[1] + t * kTileCols)));
-        bf16* dst = out + ((q * kPanel / kTileCols + t) * (Kp / 2) + i) * 2 * kTileCols;
+        bf16* dst = out + ((q * kPw / kTileCols + t) * (Kp / 2) + i) * 2 * kTileCols;
         _mm512_storeu_si512(dst, _mm512_or_si512(even, _mm512_slli_epi32(odd, 16)));
       }
     }
@@ -154,8 +153,8 @@ void Unit(const bf16* a, int64_t M, int64_t Kp, const bf16* w, int64_t K, int64_
           std::vector<bf16>& b) {
   static const TileConfig config = MakeConfig();
   LoadConfig(config);  // Per unit: tile state is per thread, and other code (XLA's dots) may reconfigure.
-  const int64_t panels = std::min(kUnitPanels, (N - n0 + kPanel - 1) / kPanel);
-  const int64_t tiles = panels * kPanel / kTileCols, cols = std::min(kUnitPanels * kPanel, N - n0);
+  const int64_t panels = std::min(kUnitPanels, (N - n0 + kPw - 1) / kPw);
+  const int64_t tiles = panels * kPw / kTileCols, cols = std::min(kUnitPanels * kPw, N - n0);
   b.resize(size_t(tiles) * Kp * kTileCols);
   Interleave(w, K, N, n0, panels, Kp, b.data());
   const int64_t Mb = (M + kTileRows - 1) / kTileRows, steps = Kp / kTileKeys;
@@ -192,11 +191,11 @@ ffi::Error MatmulAmx(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, f
   if (xd.size() != 2 || wd.size() != 1 || yd.size() != 2 || yd[0] != xd[0] || x.element_type() != ffi::DataType::BF16 ||
       w.element_type() != ffi::DataType::BF16)
     return ffi::Error::InvalidArgument("hljax_matmul_packed_amx: want x [M, K] bf16, w packed (1-D) bf16, y [M, N] f32");
-  if (kPanel % kTileCols != 0)
+  if (kPw % kTileCols != 0)
     return ffi::Error::InvalidArgument("hljax_matmul_packed_amx: this library's panels are not whole AMX tiles "
                                        "(an AVX2 build; AMX needs the AVX-512 one)");
-  const int64_t M = xd[0], K = xd[1], N = yd[1], r = N % kPanel;
-  if (wd[0] != K * N + (r == 0 ? 0 : kPanel - r))
+  const int64_t M = xd[0], K = xd[1], N = yd[1];
+  if (wd[0] != PackedLength(K, N))
     return ffi::Error::InvalidArgument("hljax_matmul_packed_amx: w's length is not that of a packed [K, N] matrix");
   if (M == 0 || N == 0) return ffi::Error::Success();
   const int64_t Mb = (M + kTileRows - 1) / kTileRows, Kp = RoundUp(std::max<int64_t>(K, 1), kTileKeys);
@@ -206,7 +205,7 @@ ffi::Error MatmulAmx(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, f
   ParallelFor(pool, Mb, [=](int64_t mb) { PackRows(xs, M, K, mb, Kp, ap); });
   const bf16* ws = static_cast<const bf16*>(w.untyped_data());
   float* ys = y->typed_data();
-  const int64_t unit_cols = kUnitPanels * kPanel;
+  const int64_t unit_cols = kUnitPanels * kPw;
   ParallelFor(pool, (N + unit_cols - 1) / unit_cols, [=](int64_t u) {
     thread_local std::vector<bf16> b;  // This thread's interleaved panels, reused across calls.
     Unit(ap, M, Kp, ws, K, N, u * unit_cols, ys, b);

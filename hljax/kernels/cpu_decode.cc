@@ -43,8 +43,6 @@ namespace {
 // Rows per register block: 8 x 3 accumulators + 3 weights + 1 broadcast <= 32 zmm registers; with
 // AVX2, 4 x 3 + 3 + 1 = 16 ymm registers.
 constexpr int kMr = kLanes == 16 ? 8 : 4;
-constexpr int kNr = 3;                  // Vectors per register panel.
-constexpr int64_t kPw = kNr * kLanes;   // Columns per register panel.
 
 // Touch every cache line of [p, p + bytes) so it is on its way to L1.
 template <int64_t kBytes>
@@ -303,13 +301,6 @@ void MatmulNtAll(ffi::ThreadPool& pool, const float* x, int64_t M, int64_t K, co
 
 bool IsBf16(ffi::DataType t) { return t == ffi::DataType::BF16; }
 bool IsF32OrBf16(ffi::DataType t) { return t == ffi::DataType::F32 || t == ffi::DataType::BF16; }
-
-// The packed length of a [K, N] matrix: N / kPw full panels [K, kPw], then the remaining r columns as
-// one panel [K, r] and kPw - r zeros (whole-vector reads of its last row stay in the buffer).
-int64_t PackedLength(int64_t K, int64_t N) {
-  const int64_t r = N % kPw;
-  return K * N + (r == 0 ? 0 : kPw - r);
-}
 
 ffi::Error Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuffer w, ffi::ResultBuffer<ffi::F32> y) {
   const auto xd = x.dimensions(), wd = w.dimensions(), yd = y->dimensions();

@@ -34,7 +34,7 @@ _DIR = os.path.dirname(os.path.abspath(__file__))
 _SOURCES = [os.path.join(_DIR, name) for name in ("cpu_decode.cc", "cpu_attention.cc", "cpu_amx.cc")]
 _HEADERS = [os.path.join(_DIR, "cpu_simd.h")]
 _BASE_FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC"]
-# Instruction set -> (compiler flags, columns per packed panel: kPw in cpu_decode.cc).
+# Instruction set -> (compiler flags, columns per packed panel: kPw in cpu_simd.h).
 ISAS = {"avx512": (["-mavx512f", "-mfma"], 48), "avx2": (["-mavx2", "-mfma"], 24)}
 WEIGHT_DTYPES = (jnp.float32, jnp.bfloat16)
 

@@ -119,6 +119,18 @@ inline Vec ExpNonPositive(Vec x) {
   return ZeroWhereBelow(Scale2(p, n), x, -87.f);
 }
 
+// The packed weight layout (cpu_decode.py's `pack`), read by cpu_decode.cc and cpu_amx.cc: column
+// panels of kPw = kNr vectors.
+constexpr int kNr = 3;                  // Vectors per register panel.
+constexpr int64_t kPw = kNr * kLanes;   // Columns per register panel.
+
+// The packed length of a [K, N] matrix: N / kPw full panels [K, kPw], then the remaining r columns as
+// one panel [K, r] and kPw - r zeros (whole-vector reads of its last row stay in the buffer).
+inline int64_t PackedLength(int64_t K, int64_t N) {
+  const int64_t r = N % kPw;
+  return K * N + (r == 0 ? 0 : kPw - r);
+}
+
 // Runs unit(i) for i in [0, units) on the calling thread and the pool.
 template <typename Unit>
 void ParallelFor(ffi::ThreadPool& pool, int64_t units, Unit unit) {

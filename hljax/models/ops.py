@@ -75,14 +75,14 @@ def dense(x: jax.Array, w: nnx.Variable) -> jax.Array:
         # that cost a third of the small shape's train step.
         return (x.reshape(-1, k) @ value.reshape(k, n).astype(x.dtype)).reshape(*x.shape[:-1], *out)
     rows = math.prod(x.shape[:-1])
-    many = AMX_ROWS if cpu_decode.amx() else BF16_DOT_ROWS
-    if value.dtype == jnp.bfloat16 and rows >= many and cpu_decode.bf16_dots():
+    amx = cpu_decode.amx()
+    if value.dtype == jnp.bfloat16 and rows >= (AMX_ROWS if amx else BF16_DOT_ROWS) and cpu_decode.bf16_dots():
         # A prefill's many rows on a CPU with bf16 dot instructions, activations rounded to bf16 as a
         # bf16 model computes: with AMX, our tile kernel on the packed panels; else XLA's bf16 product
         # on the weight unpacked for the call, the copy made once the input is there (so that one
         # layer's copy at a time is held).
         x2 = x.reshape(rows, k).astype(jnp.bfloat16)
-        if cpu_decode.amx():
+        if amx:
             y = cpu_decode.matmul_packed_amx(x2, value, n)
         else:
             y = jnp.dot(x2, cpu_decode.unpack(value, k, n, after=x2), preferred_element_type=jnp.float32)
