@@ -22,7 +22,7 @@ from tests import tiny, tiny_qwen3_5
 
 UNAVAILABLE = cpu_decode.availability()
 needs_kernels = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"CPU kernels unavailable: {UNAVAILABLE}")
-needs_amx = pytest.mark.skipif(not cpu_decode.amx(), reason="no AMX bf16 tiles here (or the kernels are unavailable)")
+needs_amx = pytest.mark.skipif(not cpu_decode.amx(), reason="cpu_decode.amx() is False: no amx_bf16 in /proc/cpuinfo, the AVX2 build, or no kernels")
 
 
 @needs_kernels
@@ -108,13 +108,11 @@ def _calls(fn, *args) -> set[str]:
 
 
 @needs_kernels
-@pytest.mark.parametrize("route", ["fma", "xla", "amx"])
+@pytest.mark.parametrize("route", ["fma", "xla", pytest.param("amx", marks=needs_amx)])
 def test_many_bf16_rows_take_the_bf16_dot_route_on_a_cpu_with_bf16_dots(monkeypatch, route):
     """A prefill's rows (BF16_DOT_ROWS or more) of a packed bf16 weight: on a CPU with bf16 dots, the
     product of the bf16-rounded activations, by the AMX kernel where there is AMX, else XLA's dot on the
     unpacked weight; without bf16 dots the kernel on fp32 activations."""
-    if route == "amx" and not cpu_decode.amx():
-        pytest.skip("no AMX bf16 tiles here")
     monkeypatch.setattr(cpu_decode, "bf16_dots", lambda: route != "fma")
     monkeypatch.setattr(cpu_decode, "amx", lambda: route == "amx")
     rng = np.random.default_rng(0)
@@ -249,14 +247,12 @@ def test_qwen3_5_kernel_decode_equals_xla_decode(tmp_path):
 
 
 @needs_kernels
-@pytest.mark.parametrize("route", ["fma", "xla", "amx"])
+@pytest.mark.parametrize("route", ["fma", "xla", pytest.param("amx", marks=needs_amx)])
 def test_bf16_kernel_engine_agrees_with_the_bf16_xla_engine(tiny_untied, monkeypatch, route):
     """bf16 weights, activations and cache: the kernels accumulate in fp32 where XLA's bf16 dot may
     round differently, so tokens agree for a while rather than exactly, and log-probs within bf16 noise.
     xla / amx: every product of the kernel engine as on a CPU with bf16 dots and a prefill's many rows
     (XLA's bf16 dot on the unpacked weight / the AMX kernel on the packed one)."""
-    if route == "amx" and not cpu_decode.amx():
-        pytest.skip("no AMX bf16 tiles here")
     if route != "fma":
         monkeypatch.setattr(cpu_decode, "bf16_dots", lambda: True)
         monkeypatch.setattr(cpu_decode, "amx", lambda: route == "amx")
