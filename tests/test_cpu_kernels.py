@@ -22,7 +22,8 @@ from tests import tiny, tiny_qwen3_5
 
 UNAVAILABLE = cpu_decode.availability()
 needs_kernels = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"CPU kernels unavailable: {UNAVAILABLE}")
-needs_amx = pytest.mark.skipif(not cpu_decode.amx(), reason="cpu_decode.amx() is False: no amx_bf16 in /proc/cpuinfo, the AVX2 build, or no kernels")
+needs_amx = pytest.mark.skipif(not cpu_decode.amx(), reason="cpu_decode.amx() is False: no amx_bf16 in "
+                               "/proc/cpuinfo, the AVX2 build, or no kernels")
 
 
 @needs_kernels
