@@ -24,6 +24,11 @@ UNAVAILABLE = cpu_decode.availability()
 needs_kernels = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"CPU kernels unavailable: {UNAVAILABLE}")
 needs_amx = pytest.mark.skipif(not cpu_decode.amx(), reason="cpu_decode.amx() is False: no amx_bf16 in "
                                "/proc/cpuinfo, the AVX2 build, or no kernels")
+needs_avx512_bf16 = pytest.mark.skipif(not cpu_decode.avx512_bf16(), reason="cpu_decode.avx512_bf16() is False: "
+                                       "no avx512_bf16 in /proc/cpuinfo, the AVX2 build, or no kernels")
+# The bf16 products of a prefill's rows, each where this CPU has it.
+BF16_KERNELS = {"amx": (needs_amx, cpu_decode.matmul_packed_amx),
+                "avx512_bf16": (needs_avx512_bf16, cpu_decode.matmul_packed_bf16dot)}
 
 
 @needs_kernels
@@ -90,15 +95,17 @@ def test_unpack_inverts_pack(N):
     np.testing.assert_array_equal(np.asarray(cpu_decode.unpack(cpu_decode.pack(w), 33, N, after=w)), np.asarray(w))
 
 
-@needs_amx
+@pytest.mark.parametrize("kernel", [pytest.param(k, marks=m) for k, (m, _) in BF16_KERNELS.items()])
 @pytest.mark.parametrize("M,K,N", [(16, 32, 96), (1, 64, 48), (17, 96, 101), (130, 64, 20), (33, 1000, 145),
-                                   (128, 256, 192), (5, 7, 1)])
-def test_amx_packed_matmul_equals_numpy(M, K, N):
-    """Rows and keys that do not fill a tile, narrow last panels, a lone last panel, one column."""
+                                   (128, 256, 192), (5, 7, 1), (11, 33, 49)])
+def test_bf16_dot_packed_matmul_equals_numpy(M, K, N, kernel):
+    """Rows and keys that do not fill a tile (a register strip, a key pair), narrow last panels, a lone
+    last panel, one column."""
     rng = np.random.default_rng(M * 1000 + K + N)
     x, x64 = _bf16(rng.standard_normal((M, K)))
     w, w64 = _bf16(rng.standard_normal((K, N)))
-    got = np.asarray(jax.jit(lambda x, w: cpu_decode.matmul_packed_amx(x, cpu_decode.pack(w), N))(x, w))
+    matmul = BF16_KERNELS[kernel][1]
+    got = np.asarray(jax.jit(lambda x, w: matmul(x, cpu_decode.pack(w), N))(x, w))
     want = x64 @ w64
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
@@ -108,38 +115,50 @@ def _calls(fn, *args) -> set[str]:
     return set(re.findall(r'custom_call @(\w+)', fn.lower(*args).as_text()))
 
 
-@needs_kernels
-@pytest.mark.parametrize("route", ["fma", "xla", pytest.param("amx", marks=needs_amx)])
-def test_many_bf16_rows_take_the_bf16_dot_route_on_a_cpu_with_bf16_dots(monkeypatch, route):
-    """A prefill's rows (BF16_DOT_ROWS or more) of a packed bf16 weight: on a CPU with bf16 dots, the
-    product of the bf16-rounded activations, by the AMX kernel where there is AMX, else XLA's dot on the
-    unpacked weight; without bf16 dots the kernel on fp32 activations."""
+ROUTES = ["fma", "xla", pytest.param("amx", marks=needs_amx), pytest.param("avx512_bf16", marks=needs_avx512_bf16)]
+ROUTE_CALL = {"fma": "hljax_matmul_packed", "xla": "hljax_unpack", "amx": "hljax_matmul_packed_amx",
+              "avx512_bf16": "hljax_matmul_packed_bf16dot"}
+
+
+def _as_route(monkeypatch, route: str) -> None:
+    """This CPU as one with `route`'s bf16 products ("fma": no bf16 dots; "xla": bf16 dots but neither
+    kernel, e.g. the AVX2 build)."""
     monkeypatch.setattr(cpu_decode, "bf16_dots", lambda: route != "fma")
     monkeypatch.setattr(cpu_decode, "amx", lambda: route == "amx")
+    monkeypatch.setattr(cpu_decode, "avx512_bf16", lambda: route == "avx512_bf16")
+
+
+@needs_kernels
+@pytest.mark.parametrize("route", ROUTES)
+def test_many_bf16_rows_take_the_bf16_dot_route_on_a_cpu_with_bf16_dots(monkeypatch, route):
+    """A prefill's rows of a packed bf16 weight: on a CPU with bf16 dots, the product of the bf16-rounded
+    activations, by the AMX kernel where there is AMX, else the AVX-512 BF16 one, else XLA's dot on the
+    unpacked weight, each from its own number of rows; without bf16 dots the kernel on fp32 activations."""
+    _as_route(monkeypatch, route)
     rng = np.random.default_rng(0)
     K, N, M = 64, 101, ops.BF16_DOT_ROWS
     w, w64 = _bf16(rng.standard_normal((K, N)))
     packed = nnx.Param(cpu_decode.pack(w), dense_in=1, packed_shape=(K, N))
     x = rng.standard_normal((2, M // 2, K)).astype(np.float32)
     fn = jax.jit(lambda x, p: ops.dense(x, nnx.Param(p, dense_in=1, packed_shape=(K, N))))
-    want_call = {"fma": {"hljax_matmul_packed"}, "xla": {"hljax_unpack"}, "amx": {"hljax_matmul_packed_amx"}}[route]
+    want_call = {ROUTE_CALL[route]}
     assert _calls(fn, x, packed[...]) == want_call
     x64 = np.asarray(jnp.asarray(x, jnp.bfloat16).astype(jnp.float32), np.float64) if route != "fma" else x.astype(np.float64)
     want = x64 @ w64
     np.testing.assert_allclose(np.asarray(fn(x, packed[...])), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     few = jax.jit(lambda x, p: ops.dense(x, nnx.Param(p, dense_in=1, packed_shape=(K, N))))
     assert _calls(few, x[:, :3], packed[...]) == {"hljax_matmul_packed"}  # Decode's few rows: the kernel.
-    if route == "amx":  # From AMX_ROWS rows on.
-        assert _calls(few, x[:, : ops.AMX_ROWS // 2], packed[...]) == want_call
-        assert _calls(few, x[:, : ops.AMX_ROWS // 2 - 1], packed[...]) == {"hljax_matmul_packed"}
+    first = {"amx": ops.AMX_ROWS, "avx512_bf16": ops.AVX512_BF16_ROWS, "xla": ops.BF16_DOT_ROWS}.get(route)
+    if first is not None:  # From its own number of rows on (x is [2, rows / 2, K]).
+        assert _calls(few, x[:, : first // 2], packed[...]) == want_call
+        assert _calls(few, x[:, : first // 2 - 1], packed[...]) == {"hljax_matmul_packed"}
 
 
 @needs_kernels
 def test_the_bf16_dot_route_holds_one_layers_unpacked_weight_at_a_time(monkeypatch):
     """Eight layers through the route: each unpacked copy lives for its own product only (XLA's
     scheduler unpacked all eight at the program's start when the copy did not wait for its input)."""
-    monkeypatch.setattr(cpu_decode, "bf16_dots", lambda: True)
-    monkeypatch.setattr(cpu_decode, "amx", lambda: False)  # XLA's route: the one that unpacks.
+    _as_route(monkeypatch, "xla")  # The route that unpacks.
     K = 20 * cpu_decode.panel_width()
     ws = [cpu_decode.pack(jnp.asarray(np.random.default_rng(i).standard_normal((K, K)) * 0.02, jnp.bfloat16))
           for i in range(8)]
@@ -248,17 +267,15 @@ def test_qwen3_5_kernel_decode_equals_xla_decode(tmp_path):
 
 
 @needs_kernels
-@pytest.mark.parametrize("route", ["fma", "xla", pytest.param("amx", marks=needs_amx)])
+@pytest.mark.parametrize("route", ROUTES)
 def test_bf16_kernel_engine_agrees_with_the_bf16_xla_engine(tiny_untied, monkeypatch, route):
     """bf16 weights, activations and cache: the kernels accumulate in fp32 where XLA's bf16 dot may
     round differently, so tokens agree for a while rather than exactly, and log-probs within bf16 noise.
-    xla / amx: every product of the kernel engine as on a CPU with bf16 dots and a prefill's many rows
-    (XLA's bf16 dot on the unpacked weight / the AMX kernel on the packed one)."""
-    if route != "fma":
-        monkeypatch.setattr(cpu_decode, "bf16_dots", lambda: True)
-        monkeypatch.setattr(cpu_decode, "amx", lambda: route == "amx")
-        monkeypatch.setattr(ops, "BF16_DOT_ROWS", 1)
-        monkeypatch.setattr(ops, "AMX_ROWS", 1)
+    xla / amx / avx512_bf16: every product of the kernel engine as on a CPU with bf16 dots and a
+    prefill's many rows (XLA's bf16 dot on the unpacked weight / our kernels on the packed one)."""
+    _as_route(monkeypatch, route)
+    for name in ("BF16_DOT_ROWS", "AMX_ROWS", "AVX512_BF16_ROWS"):
+        monkeypatch.setattr(ops, name, 1)
     mesh = shd.single_device_mesh()
     engines = [Engine(hf.load_hf(tiny_untied, mesh, dtype=jnp.bfloat16), mesh,
                       EngineConfig(max_batch=8, max_seq_len=128, cpu_kernels=mode)) for mode in ("on", "off")]

@@ -1,7 +1,7 @@
 """The CPU kernels of `cpu_decode.cc` (a skinny packed matmul, a row-dot matmul for a tied
 embedding, one-token attention, in-place KV-cache writes and prefilled-row copies, the embedding
 lookup), `cpu_attention.cc` (training attention: hljax/kernels/cpu_attention.py) and `cpu_amx.cc`
-(a prefill's bf16 products on AMX tiles): build,
+(a prefill's bf16 products on AMX tiles, or by AVX-512 BF16 dots): build,
 register, call. They run on CPUs only, with fp32 or bf16 weights and caches; accelerators run
 everything through XLA.
 
@@ -138,6 +138,7 @@ def availability() -> str | None:
                            ("hljax_decode_attention", lib.HljaxDecodeAttention), ("hljax_kv_write", lib.HljaxKvWrite),
                            ("hljax_take_rows", lib.HljaxTakeRows), ("hljax_copy_rows", lib.HljaxCopyRows),
                            ("hljax_unpack", lib.HljaxUnpack), ("hljax_matmul_packed_amx", lib.HljaxMatmulPackedAmx),
+                           ("hljax_matmul_packed_bf16dot", lib.HljaxMatmulPackedBf16Dot),
                            ("hljax_attention_forward", lib.HljaxAttentionForward),
                            ("hljax_attention_backward", lib.HljaxAttentionBackward)):
         jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
@@ -186,6 +187,20 @@ def amx() -> bool:
     if not {"amx_bf16", "amx_tile"} <= _cpu_flags() or availability() is not None or isa() != "avx512":
         return False
     return _library(isa()).HljaxAmxInit() == 0
+
+
+@functools.cache
+def avx512_bf16() -> bool:
+    """Whether `matmul_packed_bf16dot` runs here: the kernels' AVX-512 build on a CPU with AVX-512 BF16
+    dot instructions."""
+    return "avx512_bf16" in _cpu_flags() and availability() is None and isa() == "avx512"
+
+
+def matmul_packed_bf16dot(x: jax.Array, packed: jax.Array, n: int) -> jax.Array:
+    """x: [M, K] bf16; packed: pack(w) of a bf16 [K, n] w -> x @ w [M, n] fp32, products by AVX-512
+    BF16 dot instructions (fp32 sums). Only where `avx512_bf16()`."""
+    out = jax.ShapeDtypeStruct((x.shape[0], n), jnp.float32)
+    return jax.ffi.ffi_call("hljax_matmul_packed_bf16dot", out)(x, packed)
 
 
 def matmul_packed_amx(x: jax.Array, packed: jax.Array, n: int) -> jax.Array:

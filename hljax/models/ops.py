@@ -55,6 +55,11 @@ BF16_DOT_ROWS = 128
 # The same for the AMX kernel (cpu_decode.amx()): 0.36-0.59x the fp32 kernel at 8 rows, 0.68-0.77x at
 # 16, 0.87-1.12x at 32, 1.48-1.75x at 64 (the same four projections, bench: docs/benchmarks.md).
 AMX_ROWS = 64
+# The same for the AVX-512 BF16 kernel (cpu_decode.avx512_bf16(), without AMX): 0.90-2.2x the fp32
+# kernel at 8 rows (one projection about even), 1.04-2.8x at 16, 1.6-2.0x at 32 (the same four
+# projections, AMD EPYC Zen 4, docs/benchmarks.md). From 16: decode's few rows keep the kernel that
+# reads the weights once.
+AVX512_BF16_ROWS = 16
 
 
 def dense(x: jax.Array, w: nnx.Variable) -> jax.Array:
@@ -62,8 +67,8 @@ def dense(x: jax.Array, w: nnx.Variable) -> jax.Array:
 
     A 2D view of the weight: XLA's CPU dot is several times faster on [D, N*H] than on a dot with
     two output dimensions. A packed weight goes through the CPU kernel (fp32 activations inside), or,
-    for a bf16 weight and many rows on a CPU with bf16 dots, the AMX kernel (`AMX_ROWS`) or XLA's bf16
-    dot (`BF16_DOT_ROWS`)."""
+    for a bf16 weight and many rows on a CPU with bf16 dots, the AMX kernel (`AMX_ROWS`), the AVX-512
+    BF16 one (`AVX512_BF16_ROWS`) or XLA's bf16 dot (`BF16_DOT_ROWS`)."""
     value = w[...]
     n_in = dense_in(w)
     shape = packed_shape(w) or value.shape
@@ -75,20 +80,34 @@ def dense(x: jax.Array, w: nnx.Variable) -> jax.Array:
         # that cost a third of the small shape's train step.
         return (x.reshape(-1, k) @ value.reshape(k, n).astype(x.dtype)).reshape(*x.shape[:-1], *out)
     rows = math.prod(x.shape[:-1])
-    amx = cpu_decode.amx()
-    if value.dtype == jnp.bfloat16 and rows >= (AMX_ROWS if amx else BF16_DOT_ROWS) and cpu_decode.bf16_dots():
+    route = _bf16_route(rows) if value.dtype == jnp.bfloat16 else None
+    if route is not None:
         # A prefill's many rows on a CPU with bf16 dot instructions, activations rounded to bf16 as a
-        # bf16 model computes: with AMX, our tile kernel on the packed panels; else XLA's bf16 product
-        # on the weight unpacked for the call, the copy made once the input is there (so that one
-        # layer's copy at a time is held).
+        # bf16 model computes: our AMX or AVX-512 BF16 kernel on the packed panels; else (an AVX2
+        # build) XLA's bf16 product on the weight unpacked for the call, the copy made once the input
+        # is there (so that one layer's copy at a time is held).
         x2 = x.reshape(rows, k).astype(jnp.bfloat16)
-        if amx:
+        if route == "amx":
             y = cpu_decode.matmul_packed_amx(x2, value, n)
+        elif route == "avx512_bf16":
+            y = cpu_decode.matmul_packed_bf16dot(x2, value, n)
         else:
             y = jnp.dot(x2, cpu_decode.unpack(value, k, n, after=x2), preferred_element_type=jnp.float32)
     else:
         y = cpu_decode.matmul_packed(x.reshape(rows, k).astype(jnp.float32), value, n)
     return y.astype(x.dtype).reshape(*x.shape[:-1], *out)
+
+
+def _bf16_route(rows: int) -> str | None:
+    """Which bf16 product takes `rows` rows of a packed bf16 weight: "amx", "avx512_bf16", "xla" (its
+    dot on the weight unpacked), or None (the fp32 kernel: no bf16 dots here, or too few rows)."""
+    if not cpu_decode.bf16_dots():
+        return None
+    if cpu_decode.amx():
+        return "amx" if rows >= AMX_ROWS else None
+    if cpu_decode.avx512_bf16():
+        return "avx512_bf16" if rows >= AVX512_BF16_ROWS else None
+    return "xla" if rows >= BF16_DOT_ROWS else None
 
 
 def logits(h: jax.Array, w: nnx.Variable, vocab_major: bool) -> jax.Array:
