@@ -7,6 +7,7 @@ peer measured while other jobs hold cores says more about the other jobs than ab
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import sys
 import time
@@ -61,6 +62,22 @@ def busy_cores(window: float = 1.0) -> float:
         return os.getloadavg()[0]
     dt = max(total1 - total0, 1)
     return (os.cpu_count() or 1) * (1 - (idle1 - idle0) / dt)
+
+
+def llc_bytes(default: int = 32 * 2**20) -> int:
+    """The largest CPU cache's size in bytes (Linux sysfs), else `default`."""
+    sizes = []
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * scale)
+    return max(sizes, default=default)
 
 
 def describe() -> str:

@@ -55,10 +55,11 @@ BF16_DOT_ROWS = 128
 # The same for the AMX kernel (cpu_decode.amx()): 0.36-0.59x the fp32 kernel at 8 rows, 0.68-0.77x at
 # 16, 0.87-1.12x at 32, 1.48-1.75x at 64 (the same four projections, bench: docs/benchmarks.md).
 AMX_ROWS = 64
-# The same for the AVX-512 BF16 kernel (cpu_decode.avx512_bf16(), without AMX): 0.90-2.2x the fp32
-# kernel at 8 rows (one projection about even), 1.04-2.8x at 16, 1.6-2.0x at 32 (the same four
-# projections, AMD EPYC Zen 4, docs/benchmarks.md). From 16: decode's few rows keep the kernel that
-# reads the weights once.
+# The same for the AVX-512 BF16 kernel (cpu_decode.avx512_bf16(), without AMX), each weight read from
+# memory as a model's layers read theirs: 0.49-0.71x the fp32 kernel at 8 rows (it rewrites the
+# panel before multiplying; the fp32 kernel streams the weight at memory speed), 0.99-1.15x at 16,
+# 1.18-1.34x at 24, 1.17-1.36x at 32 (Qwen3-0.6B's four projection shapes, AMD EPYC Zen 4:
+# bench/bf16_products.py, docs/benchmarks.md).
 AVX512_BF16_ROWS = 16
 
 
