@@ -12,6 +12,9 @@
 // The tile instructions are compiled for these functions only (target attributes), so the library
 // still loads on CPUs without AMX; cpu_decode.py calls them only where /proc/cpuinfo lists amx_bf16
 // and Linux granted this process the tile state (HljaxAmxInit).
+//
+// On CPUs with AVX-512 BF16 but no AMX (AMD Zen 4), the same product by VDPBF16PS (MatmulBf16Dot):
+// the same pair-interleaved panels, multiplied in strips of 8 rows with the sums in registers.
 
 #include <immintrin.h>
 #include <sys/syscall.h>
