@@ -94,6 +94,14 @@ def main():
     parser.add_argument("--reps", type=int, default=40)
     host.add_args(parser)
     args = parser.parse_args()
+    try:
+        rows_list = [int(r) for r in args.rows.split(",")]
+        shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")]
+    except ValueError:
+        parser.error(f"--rows wants counts like 8,64 and --shapes KxN pairs like 1024x3072 (got --rows "
+                     f"{args.rows!r}, --shapes {args.shapes!r})")
+    if any(r < 1 for r in rows_list) or any(len(s) != 2 or min(s) < 1 for s in shapes) or args.reps < 1:
+        parser.error("--rows, the --shapes dimensions and --reps must be positive; each shape is KxN")
     host.check_args(args)
     if (reason := cpu_decode.availability()) is not None:
         sys.exit(f"the CPU kernels cannot run here: {reason}")
@@ -102,8 +110,7 @@ def main():
     print(f"routes: {', '.join(table)}; torch {torch.__version__} bf16 matmul, {torch.get_num_threads()} threads; "
           f"ops.dense: {', '.join(f'{r} rows -> {taken(r)}' for r in (8, 16, 64, 128))}", flush=True)
     rng = np.random.default_rng(0)
-    for shape in args.shapes.split(","):
-        k, n = (int(v) for v in shape.split("x"))
+    for k, n in shapes:
         # Distinct weights filling 4x the last-level cache (at least 2): a model's products stream
         # their weights from memory, and few rows are bound by that stream.
         copies = max(2, -(-4 * host.llc_bytes() // (2 * k * n)))
@@ -111,7 +118,7 @@ def main():
         packed = jax.block_until_ready([cpu_decode.pack(w * (1 + i / 64)) for i in range(copies)])
         tw = torch.tensor(np.asarray(w.astype(jnp.float32))).to(torch.bfloat16)
         tws = [tw * (1 + i / 64) for i in range(copies)]
-        for rows in (int(r) for r in args.rows.split(",")):
+        for rows in rows_list:
             x = jnp.asarray(rng.standard_normal((rows, k)), jnp.bfloat16)
             tx = torch.tensor(np.asarray(x.astype(jnp.float32))).to(torch.bfloat16)
             ms = {name: ours_ms(fn, x, packed, k, n, args.reps) for name, fn in table.items()}
