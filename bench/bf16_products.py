@@ -113,7 +113,8 @@ def main():
     for k, n in shapes:
         # Distinct weights filling 4x the last-level cache (at least 2): a model's products stream
         # their weights from memory, and few rows are bound by that stream.
-        copies = max(2, -(-4 * host.llc_bytes() // (2 * k * n)))
+        # (No more than --reps: the chain uses only that many.)
+        copies = min(args.reps, max(2, -(-4 * host.llc_bytes() // (2 * k * n))))
         w = jnp.asarray(rng.standard_normal((k, n)) * 0.02, jnp.bfloat16)
         packed = jax.block_until_ready([cpu_decode.pack(w * (1 + i / 64)) for i in range(copies)])
         tw = torch.tensor(np.asarray(w.astype(jnp.float32))).to(torch.bfloat16)
