@@ -12,7 +12,9 @@ Ours are timed inside one jitted program of `--reps` dependent calls, as they ru
 programs (a call from Python would add its dispatch and a fresh output buffer); torch's as a loop of
 calls. Both cycle through distinct weights four times the size of the last-level cache, so that each
 product reads its weight from memory as a model's layers do (with one weight, cached, a decode's few
-rows looked 1.2x faster on a kernel that was 0.9x in the engine). Prints ms per product, GFLOP/s, and each route's speed against torch's and against the route
+rows looked 1.2x faster on a kernel that was 0.9x in the engine). Last, for each bf16 kernel this CPU
+runs, the fewest measured rows from which it beat the fp32 kernel on every shape, beside the constant
+`ops.dense` uses (`ops.AMX_ROWS`, `ops.AVX512_BF16_ROWS`): the measurement that sets them. Prints ms per product, GFLOP/s, and each route's speed against torch's and against the route
 `ops.dense` takes at that row count. The host's load is checked first (bench/host.py).
 """
 
@@ -110,6 +112,7 @@ def main():
     print(f"routes: {', '.join(table)}; torch {torch.__version__} bf16 matmul, {torch.get_num_threads()} threads; "
           f"ops.dense: {', '.join(f'{r} rows -> {taken(r)}' for r in (8, 16, 64, 128))}", flush=True)
     rng = np.random.default_rng(0)
+    times = {}  # (shape, rows) -> {route: ms}
     for k, n in shapes:
         # Distinct weights filling 4x the last-level cache (at least 2): a model's products stream
         # their weights from memory, and few rows are bound by that stream.
@@ -124,6 +127,7 @@ def main():
             tx = torch.tensor(np.asarray(x.astype(jnp.float32))).to(torch.bfloat16)
             ms = {name: ours_ms(fn, x, packed, k, n, args.reps) for name, fn in table.items()}
             ms["torch"] = torch_ms(tx, tws, args.reps)
+            times[(k, n), rows] = ms
             flop = 2 * rows * k * n
             cells = " | ".join(f"{name} {t:.3f} ms ({flop / t / 1e6:.0f} GFLOP/s)" for name, t in ms.items())
             route = taken(rows)
@@ -131,6 +135,20 @@ def main():
             print(f"{k}x{n}, {rows} rows: ops.dense takes {route}: {ms['torch'] / ms[route]:.2f}x torch; "
                   + ", ".join(f"{name} {ms[route] / t:.2f}x" for name, t in ms.items() if name not in (route, "torch"))
                   + f" the speed of {route}", flush=True)
+    for kernel, constant in (("amx", "AMX_ROWS"), ("avx512_bf16", "AVX512_BF16_ROWS")):
+        if kernel in table:
+            print(f"{kernel}: {crossover(times, shapes, rows_list, kernel)}; ops.{constant} = "
+                  f"{getattr(ops, constant)}", flush=True)
+
+
+def crossover(times: dict, shapes: list, rows_list: list[int], kernel: str) -> str:
+    """The fewest measured rows from which `kernel` beat the fp32 kernel on every shape at every
+    measured row count, as a sentence."""
+    wins = [all(times[s, r][kernel] < times[s, r]["fp32-fma"] for s in shapes) for r in sorted(rows_list)]
+    for i, r in enumerate(sorted(rows_list)):
+        if all(wins[i:]):
+            return f"faster than the fp32 kernel on every shape from {r} rows (of {','.join(map(str, sorted(rows_list)))})"
+    return "not faster than the fp32 kernel on every shape at the most rows measured"
 
 
 if __name__ == "__main__":
