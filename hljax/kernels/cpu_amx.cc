@@ -24,6 +24,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -242,17 +243,27 @@ void PanelBf16(const bf16* x, int64_t M, int64_t Kp, const bf16* w, int64_t K, i
   }
 }
 
-ffi::Error MatmulBf16Dot(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::ResultBuffer<ffi::F32> y) {
+// The checks both products make: x [M, K] bf16, w a packed bf16 [K, N], y [M, N] fp32, and this
+// build's panels fit the kernel (`panels_fit`, else `why_not`).
+ffi::Error CheckArgs(const std::string& name, const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
+                     ffi::ResultBuffer<ffi::F32> y, bool panels_fit, const std::string& why_not) {
   const auto xd = x.dimensions(), wd = w.dimensions(), yd = y->dimensions();
   if (xd.size() != 2 || wd.size() != 1 || yd.size() != 2 || yd[0] != xd[0] || x.element_type() != ffi::DataType::BF16 ||
       w.element_type() != ffi::DataType::BF16)
-    return ffi::Error::InvalidArgument("hljax_matmul_packed_bf16dot: want x [M, K] bf16, w packed (1-D) bf16, y [M, N] f32");
-  if (kPw != 3 * kTileCols)
-    return ffi::Error::InvalidArgument("hljax_matmul_packed_bf16dot: this library's panels are not three 16-column "
-                                       "vectors (an AVX2 build; the BF16 dots need the AVX-512 one)");
-  const int64_t M = xd[0], K = xd[1], N = yd[1];
-  if (wd[0] != PackedLength(K, N))
-    return ffi::Error::InvalidArgument("hljax_matmul_packed_bf16dot: w's length is not that of a packed [K, N] matrix");
+    return ffi::Error::InvalidArgument(name + ": want x [M, K] bf16, w packed (1-D) bf16, y [M, N] f32");
+  if (!panels_fit) return ffi::Error::InvalidArgument(name + ": " + why_not);
+  if (wd[0] != PackedLength(xd[1], yd[1]))
+    return ffi::Error::InvalidArgument(name + ": w's length is not that of a packed [K, N] matrix");
+  return ffi::Error::Success();
+}
+
+ffi::Error MatmulBf16Dot(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::ResultBuffer<ffi::F32> y) {
+  if (ffi::Error e = CheckArgs("hljax_matmul_packed_bf16dot", x, w, y, kPw == 3 * kTileCols,
+                               "this library's panels are not three 16-column vectors (an AVX2 build; the BF16 "
+                               "dots need the AVX-512 one)");
+      e.failure())
+    return e;
+  const int64_t M = x.dimensions()[0], K = x.dimensions()[1], N = y->dimensions()[1];
   if (M == 0 || N == 0) return ffi::Error::Success();
   // Keys in pairs: an odd K gets a zero key (rows copied once), an even one is read in place.
   const int64_t Kp = RoundUp(std::max<int64_t>(K, 1), 2);
@@ -273,16 +284,11 @@ ffi::Error MatmulBf16Dot(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer 
 }
 
 ffi::Error MatmulAmx(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w, ffi::ResultBuffer<ffi::F32> y) {
-  const auto xd = x.dimensions(), wd = w.dimensions(), yd = y->dimensions();
-  if (xd.size() != 2 || wd.size() != 1 || yd.size() != 2 || yd[0] != xd[0] || x.element_type() != ffi::DataType::BF16 ||
-      w.element_type() != ffi::DataType::BF16)
-    return ffi::Error::InvalidArgument("hljax_matmul_packed_amx: want x [M, K] bf16, w packed (1-D) bf16, y [M, N] f32");
-  if (kPw % kTileCols != 0)
-    return ffi::Error::InvalidArgument("hljax_matmul_packed_amx: this library's panels are not whole AMX tiles "
-                                       "(an AVX2 build; AMX needs the AVX-512 one)");
-  const int64_t M = xd[0], K = xd[1], N = yd[1];
-  if (wd[0] != PackedLength(K, N))
-    return ffi::Error::InvalidArgument("hljax_matmul_packed_amx: w's length is not that of a packed [K, N] matrix");
+  if (ffi::Error e = CheckArgs("hljax_matmul_packed_amx", x, w, y, kPw % kTileCols == 0,
+                               "this library's panels are not whole AMX tiles (an AVX2 build; AMX needs the AVX-512 one)");
+      e.failure())
+    return e;
+  const int64_t M = x.dimensions()[0], K = x.dimensions()[1], N = y->dimensions()[1];
   if (M == 0 || N == 0) return ffi::Error::Success();
   const int64_t Mb = (M + kTileRows - 1) / kTileRows, Kp = RoundUp(std::max<int64_t>(K, 1), kTileKeys);
   const bf16* xs = static_cast<const bf16*>(x.untyped_data());
