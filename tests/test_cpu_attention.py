@@ -67,6 +67,40 @@ def test_attention_and_its_gradient_equal_torch_float64(B, T, S, N, K, H, kind):
         np.testing.assert_allclose(np.asarray(got), want, atol=2e-5 * np.abs(want).max(), err_msg=name)
 
 
+@needs_kernels
+@pytest.mark.parametrize("cache_dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("B,T,N,K,H,kind", [(2, 70, 4, 2, 32, "causal"), (3, 130, 8, 4, 64, "padded"),
+                                            (1, 5, 6, 1, 16, "padded"), (2, 64, 16, 8, 128, "causal")])
+def test_prefill_attention_equals_torch_float64_and_writes_the_cache_layout(B, T, N, K, H, kind, cache_dtype):
+    """The engine's prefill kernel: k and v as projected ([B, T, K, H]), the cache [B, K, T, H] written
+    exactly, bf16 rounded to nearest even (ml_dtypes' cast, not XLA's)."""
+    rng = np.random.default_rng(B * T + N + H)
+    q = rng.normal(size=(B, T, N, H)).astype(np.float32)
+    k = rng.normal(size=(B, T, K, H)).astype(np.float32)
+    v = rng.normal(size=(B, T, K, H)).astype(np.float32)
+    k[0, 0, 0, :3] = [1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8 + 2**-20)]  # bf16 ties to even, and a non-tie.
+    mask = _mask(kind, B, T, T, rng)
+    scale = H**-0.5
+    out, k_cache, v_cache = jax.jit(lambda *a: cpu_attention.prefill(*a, scale, cache_dtype))(q, k, v, mask)
+    head_major = lambda x: x.transpose(0, 2, 1, 3)  # noqa: E731
+    want = _torch_reference(q, head_major(k), head_major(v), mask, scale, np.zeros_like(q))[0]
+    np.testing.assert_allclose(np.asarray(out), want, atol=2e-5 * np.abs(want).max())
+    for got, x in ((k_cache, k), (v_cache, v)):
+        assert got.dtype == cache_dtype and got.shape == (B, K, T, H)
+        np.testing.assert_array_equal(np.asarray(got).view(np.uint8), head_major(x).astype(cache_dtype).view(np.uint8))
+
+
+@needs_kernels
+def test_prefill_attention_refuses_mismatched_shapes():
+    q = jnp.zeros((1, 8, 4, 16))
+    k = jnp.zeros((1, 8, 2, 16))
+    with pytest.raises(Exception, match=r"hljax_prefill_attention: want q \[B, T, N, H\], k and v \[B, T, K, H\]"):
+        jax.block_until_ready(cpu_attention.prefill(q, k, k, jnp.ones((1, 8, 9), bool), 0.25, jnp.float32))
+    with pytest.raises(cpu_decode.KernelUnavailable, match="head_dim 20 is not a multiple"):
+        cpu_attention.prefill(jnp.zeros((1, 8, 4, 20)), jnp.zeros((1, 8, 2, 20)), jnp.zeros((1, 8, 2, 20)),
+                              jnp.ones((1, 8, 8), bool), 0.25, jnp.float32)
+
+
 def _qwen3(path, kernel):
     return hf.load_hf(path, shd.single_device_mesh(), attention_kernel=kernel)
 

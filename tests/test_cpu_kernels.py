@@ -254,6 +254,48 @@ def test_kernel_decode_equals_xla_decode_and_transformers(tiny_untied, tiny_tied
 
 
 @needs_kernels
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_prefill_attention_kernel_equals_xlas_prefill_and_transformers(tiny_h32, monkeypatch, dtype):
+    """head_dim 32: the engine's prefill attends and writes its cache through the kernel, in fp32 as
+    XLA's prefill does (the engine computes in fp32): same tokens, log-probs equal to 1e-5, and (fp32)
+    equal to transformers'."""
+    from hljax.generate import steps as eng
+
+    mesh = shd.single_device_mesh()
+    texts = []
+
+    def spy(*args, fn=eng.prefill):
+        texts.append(fn.lower(*args).as_text())
+        return fn(*args)
+
+    monkeypatch.setattr(eng, "prefill", spy)
+    prompts = [tuple(np.random.default_rng(1).integers(3, 160, 70).tolist()), *_prompts()]  # Two key tiles.
+    sp = SamplingParams(max_new_tokens=10, temperature=0.8, seed=3, stop_token_ids=())
+    outs = []
+    for kernel in (True, False):
+        if not kernel:
+            monkeypatch.setattr(ops, "prefill_kernel", lambda *a: False)
+        engine = Engine(hf.load_hf(tiny_h32, mesh, dtype=dtype), mesh,
+                        EngineConfig(max_batch=8, max_seq_len=128, cpu_kernels="on"))
+        outs.append(engine.generate([Request(p, sp) for p in prompts]))
+        assert texts and all(("hljax_prefill_attention" in t) == kernel for t in texts)
+        texts.clear()
+    a, b = outs
+    assert [o.token_ids for o in a] == [o.token_ids for o in b]
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-5)
+    if dtype == jnp.bfloat16:
+        return
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tiny_h32, attn_implementation="eager").eval()
+    for p, o in zip(prompts, a):
+        ids = torch.tensor([list(p) + o.token_ids])
+        with torch.no_grad():
+            logits = ref(ids).logits[0, len(p) - 1 : -1].double()
+        want = torch.log_softmax(logits / 0.8, -1)[torch.arange(len(o.token_ids)), torch.tensor(o.token_ids)]
+        np.testing.assert_allclose(o.logprobs, want.numpy(), atol=1e-4)
+
+
+@needs_kernels
 def test_qwen3_5_kernel_decode_equals_xla_decode(tmp_path):
     path = tiny_qwen3_5.save(tmp_path / "q35")
     on, off = _engines(path)

@@ -158,11 +158,11 @@ class Batcher:
             positions[u, W - len(p):] = np.arange(len(p))
             kv_valid[u, W - len(p):] = True
         kv_valid[len(distinct):] = True  # Padding rows: a real (if meaningless) token 0 everywhere.
-        graphdef, params = self._weights[0], self._weights[1]
+        graphdef, params, kernels = self._weights[:3]
         # device_put, not jnp.asarray: the latter compiles (and keeps) a program per host array shape.
         tokens, positions, kv_valid = jax.device_put((tokens, positions, kv_valid))
         cache, logits = steps.prefill(graphdef, params, tokens, positions, kv_valid,
-                                     jnp.dtype(self.engine.model_config.dtype))
+                                     jnp.dtype(self.engine.model_config.dtype), kernels)
         n = sum(map(len, distinct))
         self.engine.count(prompt_tokens_prefilled=n, prefills=1)
         log.debug("prefilled %d prompt(s), %d tokens, width %d", len(distinct), n, W)

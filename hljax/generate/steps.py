@@ -120,14 +120,17 @@ def sample_masked(p: RowParams, logits: jax.Array, steps: jax.Array) -> tuple[ja
     return sample(logits, row_keys(p.seeds, steps), p.temperature, p.top_k, p.top_p)
 
 
-@program(static_argnums=(0, 5))
-def prefill(graphdef, params, tokens: jax.Array, positions: jax.Array, kv_valid: jax.Array, cache_dtype):
+@program(static_argnums=(0, 5, 6))
+def prefill(graphdef, params, tokens: jax.Array, positions: jax.Array, kv_valid: jax.Array, cache_dtype,
+            kernels: bool):
     """tokens, positions, kv_valid: [U, W] left-padded distinct prompts -> (cache of W slots in
-    `cache_dtype`, fp32 logits [U, V] at each prompt's last token)."""
+    `cache_dtype`, fp32 logits [U, V] at each prompt's last token).
+    kernels: attention and the cache's writes by the CPU kernels (`ops.prefill_attention`)."""
     model = nnx.merge(graphdef, params)
     U, W = tokens.shape
     cache = registry.init_cache(model.cfg, U, W, cache_dtype)
-    h, cache = model.decode_step(tokens, positions, kv_valid, cache, 0, prefill=True)
+    with ops.use_kernels() if kernels else contextlib.nullcontext():
+        h, cache = model.decode_step(tokens, positions, kv_valid, cache, 0, prefill=True)
     return cache, model.logits(h[:, -1:])[:, 0]  # Left padding puts every row's last prompt token last.
 
 

@@ -2,7 +2,7 @@
 softmax and both products in one call per direction, tile by tile, instead of XLA's separate
 programs over [rows, keys] tensors. fp32 only; built and registered with the decode kernels
 (`cpu_decode.availability()`). A model uses it when its `ModelConfig.attention_kernel` is set
-(a run's `model.attention_kernel`, `resolve`)."""
+(a run's `model.attention_kernel`, `resolve`); the generation engine's prefill uses `prefill`."""
 
 from __future__ import annotations
 
@@ -79,3 +79,20 @@ def _bwd(scale, res, do):
 
 
 attention.defvjp(_fwd, _bwd)
+
+
+def prefill(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float,
+            cache_dtype) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """A prefill's self-attention over its T fresh keys, and the KV cache of those T slots.
+
+    q: [B, T, N, H]; k, v: [B, T, K, H] (as the projections leave them: no transposes); mask [B, T, T]
+    bool -> (out [B, T, N, H] fp32, k and v cache [B, K, T, H] in `cache_dtype`, fp32 or bf16, rounded
+    to nearest even). As `attention`, a query with no kept key gives 0. No gradient: generation only."""
+    reason = why_not(q.dtype, q.shape[-1])
+    if reason is not None:
+        raise cpu_decode.KernelUnavailable(reason)
+    B, T, K, H = k.shape
+    cache = jax.ShapeDtypeStruct((B, K, T, H), cache_dtype)
+    out = (jax.ShapeDtypeStruct(q.shape, jnp.float32), cache, cache)
+    f32 = lambda x: x.astype(jnp.float32)  # noqa: E731
+    return jax.ffi.ffi_call("hljax_prefill_attention", out)(f32(q), f32(k), f32(v), mask, scale=np.float32(scale))

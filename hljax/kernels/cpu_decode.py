@@ -1,6 +1,6 @@
 """The CPU kernels of `cpu_decode.cc` (a skinny packed matmul, a row-dot matmul for a tied
 embedding, one-token attention, in-place KV-cache writes and prefilled-row copies, the embedding
-lookup), `cpu_attention.cc` (training attention: hljax/kernels/cpu_attention.py) and `cpu_amx.cc`
+lookup), `cpu_attention.cc` (training and prefill attention: hljax/kernels/cpu_attention.py) and `cpu_amx.cc`
 (a prefill's bf16 products on AMX tiles, or by AVX-512 BF16 dots): build,
 register, call. They run on CPUs only, with fp32 or bf16 weights and caches; accelerators run
 everything through XLA.
@@ -140,7 +140,8 @@ def availability() -> str | None:
                            ("hljax_unpack", lib.HljaxUnpack), ("hljax_matmul_packed_amx", lib.HljaxMatmulPackedAmx),
                            ("hljax_matmul_packed_bf16dot", lib.HljaxMatmulPackedBf16Dot),
                            ("hljax_attention_forward", lib.HljaxAttentionForward),
-                           ("hljax_attention_backward", lib.HljaxAttentionBackward)):
+                           ("hljax_attention_backward", lib.HljaxAttentionBackward),
+                           ("hljax_prefill_attention", lib.HljaxPrefillAttention)):
         jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
     return None
 

@@ -218,6 +218,27 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: 
     return out.transpose(0, 3, 1, 2, 4).reshape(B, T, N, H)
 
 
+def prefill_kernel(q: jax.Array, mask: jax.Array, cache: jax.Array) -> bool:
+    """Whether `prefill_attention` takes this self-attention inside `use_kernels()`: T > 1 fresh
+    tokens attending to themselves (mask [B, T, T]) written to a cache [B, K, T, H] of exactly those
+    T slots (a prefill's), fp32 queries of a head size the kernel takes, a cache the kernels write."""
+    T = q.shape[1]
+    return (_ATTENTION.get() and T > 1 and mask.shape[-1] == T and cache.shape[2] == T
+            and cache.dtype in cpu_decode.WEIGHT_DTYPES and cpu_attention.why_not(q.dtype, q.shape[-1]) is None)
+
+
+def prefill_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float,
+                      cache_dtype) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """q: [B, T, N, H]; k, v: [B, T, K, H] as projected; mask [B, T, T] -> (out [B, T, N, H] in q's
+    dtype, k and v cache [B, K, T, H] in `cache_dtype`), by the CPU kernel (`prefill_kernel`).
+
+    XLA transposes q, k (twice: once for the cache, once for its score dot), v and the output around
+    its attention dots; in a bf16 Qwen3-0.6B prefill of 8 x 64 tokens those copies and the dots took
+    ~0.35 s of 1.45 s (docs/benchmarks.md)."""
+    out, k_cache, v_cache = cpu_attention.prefill(q, k, v, mask, scale, cache_dtype)
+    return out.astype(q.dtype), k_cache, v_cache
+
+
 def _attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
     """q: [B, K, G, T, H]; k, v: [B, K, S, H]; mask: [B, T, S] -> [B, K, G, T, H]."""
     scores = jnp.einsum("BKGTH,BKSH->BKGTS", q, k, preferred_element_type=jnp.float32) * scale
@@ -265,8 +286,9 @@ def _bits_dtype(a: jax.Array):
 
 @contextlib.contextmanager
 def use_kernels() -> Iterator[None]:
-    """Inside a trace: send one-token attention, per-row KV-cache writes and prefilled-row copies to
-    the CPU kernels (projections and the embedding lookup follow their weights)."""
+    """Inside a trace: send one-token attention, a prefill's self-attention and cache write, per-row
+    KV-cache writes and prefilled-row copies to the CPU kernels (projections and the embedding lookup
+    follow their weights)."""
     token = _ATTENTION.set(True)
     try:
         yield

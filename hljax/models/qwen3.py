@@ -53,6 +53,30 @@ def write_kv(cache: LayerCache, k: jax.Array, v: jax.Array, cache_index) -> Laye
     return LayerCache(put(cache.k, k), put(cache.v, v))
 
 
+def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, cache: LayerCache | None, cache_index,
+           scale: float, dtype, kernel: bool) -> tuple[jax.Array, LayerCache | None]:
+    """Attention of a Qwen3 or Qwen3.5 attention layer, its keys and values written to `cache`.
+
+    q: [B, T, N, H]; k, v: [B, T, K, H], the fresh tokens' (rotated); mask: [B, T, S] bool, S = T
+    (self-attention: training, prefill, a shared prefix) or the cache's slots (decode: attend over the
+    whole cache) -> ([B, T, N, H] in `dtype`, cache). kernel: the model's `attention_kernel`."""
+    T = q.shape[1]
+    if cache is not None and ops.prefill_kernel(q, mask, cache.k):
+        out, k_cache, v_cache = ops.prefill_attention(q, k, v, mask, scale, cache.k.dtype)
+        return out.astype(dtype), LayerCache(k_cache, v_cache)
+    act_kv = (shd.ACT_BATCH, shd.ACT_KV_HEADS, shd.ACT_LENGTH, shd.ACT_HEAD_DIM)
+    k = shd.constrain(k.transpose(0, 2, 1, 3), act_kv)  # [B, K, T, H]
+    v = shd.constrain(v.transpose(0, 2, 1, 3), act_kv)
+    if cache is not None:
+        cache = write_kv(cache, k, v, cache_index)
+        if mask.shape[-1] != T:  # Decode: attend over the whole cache. Prefill: over the fresh keys.
+            k, v = cache.k, cache.v
+    filled = None if cache is None else jnp.max(cache_index) + T
+    # A mask over the fresh keys alone (training, prefill, a shared prefix) is causal: blocks skip ahead.
+    out = ops.attention(q, k, v, mask, scale, dtype, filled, causal=mask.shape[-1] == T, kernel=kernel)
+    return out, cache
+
+
 def decode_mask(kv_valid: jax.Array, cache_index, T: int, width: int) -> jax.Array:
     """[B, T, width] bool: query t of row b (at slot cache_index (+ b's own, when [B]) + t) sees the
     slots up to its own that kv_valid marks real."""
@@ -156,23 +180,11 @@ class Attention(nnx.Module):
         cfg = self.cfg
         B, T, _ = x.shape
         act_heads = (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_HEADS, shd.ACT_HEAD_DIM)
-        act_kv = (shd.ACT_BATCH, shd.ACT_KV_HEADS, shd.ACT_LENGTH, shd.ACT_HEAD_DIM)
         q = shd.constrain(self.q_norm(self._proj(x, "q_proj")), act_heads)
         k = self.k_norm(self._proj(x, "k_proj"))
         v = self._proj(x, "v_proj")
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        k = shd.constrain(k.transpose(0, 2, 1, 3), act_kv)  # [B, K, T, H]
-        v = shd.constrain(v.transpose(0, 2, 1, 3), act_kv)
-
-        if cache is not None:
-            cache = write_kv(cache, k, v, cache_index)
-            if mask.shape[-1] != T:  # Decode: attend over the whole cache. Prefill: over the fresh keys.
-                k, v = cache.k, cache.v
-
-        filled = None if cache is None else jnp.max(cache_index) + T
-        # A mask over the fresh keys alone (training, prefill, a shared prefix) is causal: blocks skip ahead.
-        out = ops.attention(q, k, v, mask, cfg.head_dim**-0.5, x.dtype, filled, causal=mask.shape[-1] == T,
-                            kernel=cfg.attention_kernel)
+        out, cache = attend(q, k, v, mask, cache, cache_index, cfg.head_dim**-0.5, x.dtype, cfg.attention_kernel)
         y = dense(out.reshape(B, T, -1), self.o_proj)
         if cfg.attention_bias:
             y = y + self.o_bias[...].astype(x.dtype)

@@ -30,8 +30,8 @@ from hljax.models import gated_deltanet as gdn
 from hljax.models import ops
 from hljax.models.config import ModelConfig
 from hljax.models.ops import dense, embed_lookup
-from hljax.models.qwen3 import (MLP, LayerCache, SharedPrefix, _normal, _ones, _param, _zeros, decode_mask, logits,
-                                remat_call, write_kv)
+from hljax.models.qwen3 import (MLP, LayerCache, SharedPrefix, _normal, _ones, _param, _zeros, attend, decode_mask,
+                                logits, remat_call)
 from hljax.models.rope import apply_rope, cos_sin, inv_frequencies
 
 
@@ -109,23 +109,13 @@ class GatedAttention(nnx.Module):
         B, T, _ = x.shape
         H, r = cfg.head_dim, cfg.rotary_dim
         act_heads = (shd.ACT_BATCH, shd.ACT_LENGTH, shd.ACT_HEADS, shd.ACT_HEAD_DIM)
-        act_kv = (shd.ACT_BATCH, shd.ACT_KV_HEADS, shd.ACT_LENGTH, shd.ACT_HEAD_DIM)
         qg = dense(x, self.q_proj)  # [B, T, N, 2H]
         q, gate = self.q_norm(qg[..., :H]), qg[..., H:]
         k = self.k_norm(dense(x, self.k_proj))
         v = dense(x, self.v_proj)
         rotate = lambda t: jnp.concatenate([apply_rope(t[..., :r], cos, sin), t[..., r:]], axis=-1)  # noqa: E731
         q = shd.constrain(rotate(q), act_heads)
-        k = shd.constrain(rotate(k).transpose(0, 2, 1, 3), act_kv)  # [B, K, T, H]
-        v = shd.constrain(v.transpose(0, 2, 1, 3), act_kv)
-        if cache is not None:
-            cache = write_kv(cache, k, v, cache_index)
-            if mask.shape[-1] != T:  # Decode: attend over the whole cache. Prefill: over the fresh keys.
-                k, v = cache.k, cache.v
-        filled = None if cache is None else jnp.max(cache_index) + T
-        # A mask over the fresh keys alone (training, prefill, a shared prefix) is causal: blocks skip ahead.
-        out = ops.attention(q, k, v, mask, H**-0.5, x.dtype, filled, causal=mask.shape[-1] == T,
-                            kernel=self.cfg.attention_kernel)
+        out, cache = attend(q, rotate(k), v, mask, cache, cache_index, H**-0.5, x.dtype, self.cfg.attention_kernel)
         out = out * jax.nn.sigmoid(gate)
         y = dense(out.reshape(B, T, -1), self.o_proj)
         return y, cache
