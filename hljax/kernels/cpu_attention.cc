@@ -140,75 +140,85 @@ inline T* QueryRow(const Dims& d, T* x, int64_t b, int64_t kh, int64_t t0, int64
   return x + (((b * d.T) + t0 + r / d.G) * d.N + kh * d.G + r % d.G) * d.H;
 }
 
-// kt[h, j] = k[s0 + j, h] for j < nk, 0 for nk <= j < width (k rows `stride` apart, kt rows ld apart).
-// Key by key: a token-major k's rows are K x H apart, and reading one column of them at a time would
-// touch nk lines a page apart, which share an L1 set.
-void Transpose(const float* k, int64_t stride, int64_t H, int64_t s0, int64_t nk, int64_t width, float* kt,
-               int64_t ld) {
-  for (int64_t j = 0; j < nk; ++j) {
-    const float* row = k + (s0 + j) * stride;
-    for (int64_t h = 0; h < H; ++h) kt[h * ld + j] = row[h];
+// kt[h, j] = k[s0 + j, h] for j < nk, 0 for nk <= j < width (k rows H apart, kt rows ld apart).
+void Transpose(const float* k, int64_t H, int64_t s0, int64_t nk, int64_t width, float* kt, int64_t ld) {
+  for (int64_t h = 0; h < H; ++h) {
+    float* out = kt + h * ld;
+    for (int64_t j = 0; j < nk; ++j) out[j] = k[(s0 + j) * H + h];
+    for (int64_t j = nk; j < width; ++j) out[j] = 0.f;
   }
-  for (int64_t h = 0; h < H; ++h)
-    for (int64_t j = nk; j < width; ++j) kt[h * ld + j] = 0.f;
 }
 
 struct ForwardScratch {
-  std::vector<float> qs, kt, sc, acc, m, l;
+  std::vector<float> qt, sc, acc, m, l, alpha;
 };
 
+// Scores of a tile held transposed, sc [nk, Rp] (key j, query row r at j * Rp + r): masked ones become -inf.
+void MaskScoresT(const Dims& d, const bool* mask, int64_t b, int64_t t0, int64_t R, int64_t Rp, int64_t s0, int64_t nk,
+                 float* sc) {
+  for (int64_t r = 0; r < R; ++r) {
+    const bool* m = mask + ((b * d.T) + t0 + r / d.G) * d.S + s0;
+    for (int64_t j = 0; j < nk; ++j)
+      if (!m[j]) sc[j * Rp + r] = kNegInf;
+  }
+}
+
 // One query tile of one kv head: o and lse for its R = tq x G rows.
+//
+// The scores are computed transposed, k q^T (one key per row, one query row per lane): q is
+// transposed once per query tile, where q k^T needs each key tile transposed for every query tile
+// (a quarter of the tile's time at 1,024 keys), and the online softmax runs one query row per lane.
 void ForwardTile(const Dims& d, const float* q, const float* k, const float* v, const bool* mask, float* o, float* lse,
                  int64_t b, int64_t kh, int64_t t0, ForwardScratch& s) {
   const int64_t H = d.H, tq = std::min(d.tq, d.T - t0), R = tq * d.G;
-  s.qs.resize(R * H);
-  s.kt.resize(H * kKeyTile);
-  s.sc.resize(R * kKeyTile);
+  const int64_t Rp = (R + kLanes - 1) / kLanes * kLanes;  // Query rows padded to whole vectors (zero queries).
+  s.qt.assign(H * Rp, 0.f);
+  s.sc.resize(kKeyTile * Rp);
   s.acc.assign(R * H, 0.f);
-  s.m.assign(R, kNegInf);
-  s.l.assign(R, 0.f);
+  s.m.assign(Rp, kNegInf);
+  s.l.assign(Rp, 0.f);
+  s.alpha.resize(Rp);
   for (int64_t r = 0; r < R; ++r) {
     const float* src = QueryRow(d, q, b, kh, t0, r);
-    for (int64_t h = 0; h < H; ++h) s.qs[r * H + h] = src[h] * d.scale;
+    for (int64_t h = 0; h < H; ++h) s.qt[h * Rp + r] = src[h] * d.scale;
   }
   const float* kb = k + KvHead(d, b, kh);
   const float* vb = v + KvHead(d, b, kh);
   const int64_t ks = KvStride(d);
+  // Where a row has kept no key yet its maximum is -inf; the lowest finite float stands in for it as the
+  // exponent's base, so that exp(-inf - base) is 0 rather than NaN.
+  const Vec lowest = Bcast(std::numeric_limits<float>::lowest());
   for (int64_t s0 = 0; s0 < d.S; s0 += kKeyTile) {
     const int64_t nk = std::min(kKeyTile, d.S - s0);
     bool any, all;
     TileMask(d, mask, b, t0, tq, s0, nk, &any, &all);
     if (!any) continue;
-    Transpose(kb, ks, H, s0, nk, kKeyTile, s.kt.data(), kKeyTile);
     float* sc = s.sc.data();
-    Gemm(s.qs.data(), H, 1, s.kt.data(), kKeyTile, sc, kKeyTile, R, kKeyTile, H, false);
-    if (!all || nk < kKeyTile) MaskScores(d, mask, b, t0, R, s0, nk, sc);
-    for (int64_t r = 0; r < R; ++r) {
-      float* row = sc + r * kKeyTile;
-      Vec mv = Load(row);
-      for (int64_t j = kLanes; j < kKeyTile; j += kLanes) mv = Max(mv, Load(row + j));
-      const float top = std::max(s.m[r], MaxOf(mv));
-      if (top == kNegInf) {  // Nothing attended in this row yet: its probabilities are 0.
-        for (int64_t j = 0; j < kKeyTile; ++j) row[j] = 0.f;
-        continue;
-      }
-      const Vec tv = Bcast(top);
+    Gemm(kb + s0 * ks, ks, 1, s.qt.data(), Rp, sc, Rp, nk, Rp, H, false);
+    if (!all) MaskScoresT(d, mask, b, t0, R, Rp, s0, nk, sc);
+    for (int64_t r0 = 0; r0 < Rp; r0 += kLanes) {
+      const Vec old = Load(s.m.data() + r0);
+      Vec top = old;
+      for (int64_t j = 0; j < nk; ++j) top = Max(top, Load(sc + j * Rp + r0));
+      const Vec base = Max(top, lowest);
       Vec sum = Zero();
-      for (int64_t j = 0; j < kKeyTile; j += kLanes) {
-        const Vec p = ExpNonPositive(Sub(Load(row + j), tv));
-        Store(row + j, p);
+      for (int64_t j = 0; j < nk; ++j) {
+        const Vec p = ExpNonPositive(Sub(Load(sc + j * Rp + r0), base));
+        Store(sc + j * Rp + r0, p);
         sum = Add(sum, p);
       }
-      const float alpha = s.m[r] == kNegInf ? 0.f : std::exp(s.m[r] - top);
-      s.l[r] = s.l[r] * alpha + Sum(sum);
-      s.m[r] = top;
-      if (alpha != 1.f) {
-        const Vec av = Bcast(alpha);
-        float* acc = s.acc.data() + r * H;
-        for (int64_t h = 0; h < H; h += kLanes) Store(acc + h, Mul(Load(acc + h), av));
-      }
+      const Vec alpha = ExpNonPositive(Sub(old, base));
+      Store(s.l.data() + r0, Add(Mul(Load(s.l.data() + r0), alpha), sum));
+      Store(s.m.data() + r0, top);
+      Store(s.alpha.data() + r0, alpha);
     }
-    Gemm(sc, kKeyTile, 1, vb + s0 * ks, ks, s.acc.data(), H, R, H, nk, true);
+    for (int64_t r = 0; r < R; ++r) {
+      if (s.alpha[r] == 1.f) continue;
+      const Vec av = Bcast(s.alpha[r]);
+      float* acc = s.acc.data() + r * H;
+      for (int64_t h = 0; h < H; h += kLanes) Store(acc + h, Mul(Load(acc + h), av));
+    }
+    Gemm(sc, 1, Rp, vb + s0 * ks, ks, s.acc.data(), H, R, H, nk, true);
   }
   for (int64_t r = 0; r < R; ++r) {
     float* dst = QueryRow(d, o, b, kh, t0, r);
@@ -237,8 +247,8 @@ void BackwardHead(const Dims& d, const float* q, const float* k, const float* v,
   std::fill(dvb, dvb + S * H, 0.f);
   s.kt.resize(H * Sp);
   s.vt.resize(H * Sp);
-  Transpose(kb, H, H, 0, S, Sp, s.kt.data(), Sp);
-  Transpose(vb, H, H, 0, S, Sp, s.vt.data(), Sp);
+  Transpose(kb, H, 0, S, Sp, s.kt.data(), Sp);
+  Transpose(vb, H, 0, S, Sp, s.vt.data(), Sp);
   const int64_t rows = d.tq * d.G;
   s.qs.resize(rows * H);
   s.dos.resize(rows * H);
