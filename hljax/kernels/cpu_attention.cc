@@ -109,6 +109,12 @@ inline int64_t KvHead(const Dims& d, int64_t b, int64_t kh) {
 }
 inline int64_t KvStride(const Dims& d) { return d.token_major ? d.K * d.H : d.H; }
 
+// The dimensions of q [B, T, N, H] against S keys of K heads, and the query tile they set.
+Dims MakeDims(int64_t B, int64_t T, int64_t N, int64_t K, int64_t S, int64_t H, float scale, bool token_major) {
+  const int64_t G = N / K;
+  return Dims{B, T, N, K, G, S, H, scale, std::max<int64_t>(1, kQueryRows / G), token_major};
+}
+
 // Whether any / every key of [s0, s0 + nk) is attended by the query time steps [t0, t0 + tq) of row b.
 void TileMask(const Dims& d, const bool* mask, int64_t b, int64_t t0, int64_t tq, int64_t s0, int64_t nk, bool* any,
               bool* all) {
@@ -314,16 +320,7 @@ ffi::Error CheckShapes(const char* name, ffi::Span<const int64_t> qd, ffi::Span<
     return ffi::Error::InvalidArgument(std::string(name) +
                                        ": want q [B, T, N, H], k and v [B, K, S, H] with K dividing N, mask [B, T, S], "
                                        "H a multiple of " + std::to_string(kLanes));
-  d->B = qd[0];
-  d->T = qd[1];
-  d->N = qd[2];
-  d->H = qd[3];
-  d->K = kd[1];
-  d->S = kd[2];
-  d->G = d->N / d->K;
-  d->scale = scale;
-  d->tq = std::max<int64_t>(1, kQueryRows / d->G);
-  d->token_major = false;
+  *d = MakeDims(qd[0], qd[1], qd[2], kd[1], kd[2], qd[3], scale, false);
   return ffi::Error::Success();
 }
 
@@ -407,8 +404,7 @@ ffi::Error PrefillAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::
     return ffi::Error::InvalidArgument(
         "hljax_prefill_attention: want q [B, T, N, H], k and v [B, T, K, H] with K dividing N, mask [B, T, T], "
         "caches [B, K, T, H] both f32 or both bf16, H a multiple of " + std::to_string(kLanes));
-  Dims d{qd[0], qd[1], qd[2], kd[2], qd[2] / kd[2], qd[1], qd[3], scale, 0, true};
-  d.tq = std::max<int64_t>(1, kQueryRows / d.G);
+  const Dims d = MakeDims(qd[0], qd[1], qd[2], kd[2], qd[1], qd[3], scale, true);
   const int64_t tiles = (d.T + d.tq - 1) / d.tq;
   const float *qp = q.typed_data(), *kp = k.typed_data(), *vp = v.typed_data();
   const bool* mp = mask.typed_data();
