@@ -21,6 +21,7 @@ from hljax.generate.colocated import ColocatedGenerator, served_copy
 from hljax.generate.engine import EngineConfig
 from hljax.generate.local import LocalGenerator
 from hljax.generate.types import InMemoryTrainable, SamplingParams
+from hljax.rl.rollout import stale_versions
 from tests import tiny
 from tests.test_generate import _hf_greedy
 
@@ -90,6 +91,9 @@ def test_a_different_architecture_is_refused_and_the_old_weights_stay(folders, t
     with pytest.raises(ValueError, match="intermediate_size"):
         gen.update_weights_from_model(other, weight_version="9")
     assert gen.weight_version != "9"
+    # Rollouts sampled now carry the old version: the GRPO step refuses them (Rollouts.collect).
+    outs = gen.generate_ids(_prompts(), GREEDY)
+    assert stale_versions(outs, "9") == [gen.weight_version] and stale_versions(outs, gen.weight_version) == []
     gen.stop()
 
 

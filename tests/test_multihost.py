@@ -322,10 +322,12 @@ def test_trainer_sft_two_processes_match_one(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(_bwrap_path() is None, reason="bubblewrap (bwrap) not installed: the sandbox refuses to start")
-def test_trainer_grpo_two_processes_sample_what_one_does(tmp_path):
-    """GRPO through the trainer: each process serves, samples and scores its own group (its own embedded
-    server and sandbox pool, weights synced to each); the gathered statistics equal one process's."""
-    common = ["--config.mode=grpo", "--config.grpo.steps=2", "--config.grpo.prompts_per_step=2",
+@pytest.mark.parametrize("backend", ["embedded_server", "colocated"])
+def test_trainer_grpo_two_processes_sample_what_one_does(tmp_path, backend):
+    """GRPO through the trainer: each process serves, samples and scores its own group (its own engine,
+    behind an embedded server or colocated, and sandbox pool, weights synced to each); the gathered
+    statistics equal one process's."""
+    common = [f"--config.rollout.backend={backend}", "--config.mode=grpo", "--config.grpo.steps=2", "--config.grpo.prompts_per_step=2",
               "--config.grpo.max_new_tokens=24",
               "--config.grpo.scoring_questions=2", "--config.sandbox.workers=1", "--config.metrics.plots=False",
               "--config.metrics.backends=('jsonl',)", "--config.export.at_end=False", "--config.checkpoint.every=1"]
@@ -339,7 +341,10 @@ def test_trainer_grpo_two_processes_sample_what_one_does(tmp_path):
             assert b[key] == a[key], (a["step"], key, a[key], b[key])
         np.testing.assert_allclose(b["entropy"], a["entropy"], rtol=1e-4)
         assert b["sampler_logprob_gap"] < 1e-3
-    assert {"sync-p0", "sync-p1"} <= set(os.listdir(two))  # One export per process, for its own server.
+    if backend == "embedded_server":
+        assert {"sync-p0", "sync-p1"} <= set(os.listdir(two))  # One export per process, for its own server.
+    else:  # Handed over in memory: nothing exported.
+        assert not [n for n in os.listdir(two) if n.startswith("sync")]
 
 
 def test_resolve_reads_config_then_environment(monkeypatch):

@@ -115,6 +115,7 @@ class Rollouts:
                              "weights after every step: use rollout.backend='sglang_jax' for sglang-jax (hljax "
                              "restarts it on each new checkpoint), or serve the proposer with SGLang")
         self.sync_dir = sync_dir
+        self.version: str | None = None  # Of the weights last pushed to the proposer (`sync`).
         if self._embedded and dist.process_count() > 1:
             # Each process exports for its own server; one shared folder would be rewritten by all.
             self.sync_dir = f"{self.sync_dir.rstrip(os.sep)}-p{dist.process_index()}"
@@ -141,12 +142,13 @@ class Rollouts:
         samples from the old weights."""
         if isinstance(self.proposer, InMemoryTrainable):  # In this process: each process hands over its own.
             self.proposer.update_weights_from_model(model, weight_version=version)
-            return
-        if self._embedded or dist.is_main():
-            hf.save_hf(model, self.sync_dir, dtype=self.sync_dtype, writer=WRITER, replace=True)
-            self.proposer.update_weights_from_disk(self.sync_dir, weight_version=version)
-        if not self._embedded:
-            dist.barrier(f"weights-{version}")
+        else:
+            if self._embedded or dist.is_main():
+                hf.save_hf(model, self.sync_dir, dtype=self.sync_dtype, writer=WRITER, replace=True)
+                self.proposer.update_weights_from_disk(self.sync_dir, weight_version=version)
+            if not self._embedded:
+                dist.barrier(f"weights-{version}")
+        self.version = version
 
     def prepare(self, step: int, slots: typing.Sequence[int]) -> None:
         """Bring the state pool to `step` (a global step): an offline phase refresh, or the online
@@ -187,6 +189,10 @@ class Rollouts:
 
         with ThreadPoolExecutor(max(1, len(states))) as ex:
             groups = list(ex.map(propose, range(len(states))))
+        if stale := stale_versions(groups, self.version):
+            raise RuntimeError(f"step {step}: the proposer sampled with weight version(s) {stale}, but the trainer "
+                               f"pushed version {self.version!r}: a proposer server or engine kept its old weights, "
+                               "and training on its samples would be off-policy without a record of it")
         t1 = time.perf_counter()
 
         outcomes = []
@@ -226,6 +232,14 @@ class Rollouts:
         # The chain's history grows by this step's candidates (when the prompt shows history).
         tried = self.states.tried(slot, cands, outcomes, None if chosen == "parent" else int(chosen))
         self.states.advance(step, slot, best, f"c{chosen}", tried)
+
+
+def stale_versions(groups: typing.Sequence[typing.Sequence[Completion]], expected: str | None) -> list[str]:
+    """The weight versions, other than `expected`, that completions report (none when nothing was pushed
+    yet; a server that reports no version, "", cannot be checked)."""
+    if expected is None:
+        return []
+    return sorted({c.weight_version for g in groups for c in g if c.weight_version and c.weight_version != expected})
 
 
 def sample_rows(step: int, rows: np.ndarray, batch: RolloutBatch, advantages: np.ndarray, keep: np.ndarray) -> list[dict]:
