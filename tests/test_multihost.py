@@ -327,8 +327,8 @@ def test_trainer_grpo_two_processes_sample_what_one_does(tmp_path, backend):
     """GRPO through the trainer: each process serves, samples and scores its own group (its own engine,
     behind an embedded server or colocated, and sandbox pool, weights synced to each); the gathered
     statistics equal one process's."""
-    common = [f"--config.rollout.backend={backend}", "--config.mode=grpo", "--config.grpo.steps=2", "--config.grpo.prompts_per_step=2",
-              "--config.grpo.max_new_tokens=24",
+    common = [f"--config.rollout.backend={backend}", "--config.mode=grpo", "--config.grpo.steps=2",
+              "--config.grpo.prompts_per_step=2", "--config.grpo.max_new_tokens=24",
               "--config.grpo.scoring_questions=2", "--config.sandbox.workers=1", "--config.metrics.plots=False",
               "--config.metrics.backends=('jsonl',)", "--config.export.at_end=False", "--config.checkpoint.every=1"]
     one, two = tmp_path / "one", tmp_path / "two"

@@ -129,14 +129,17 @@ void TileMask(const Dims& d, const bool* mask, int64_t b, int64_t t0, int64_t tq
   }
 }
 
-// Scores of a tile, sc [R, kKeyTile]: masked keys and the columns past nk become -inf.
-void MaskScores(const Dims& d, const bool* mask, int64_t b, int64_t t0, int64_t R, int64_t s0, int64_t nk, float* sc) {
+// Scores of a tile for its R query rows and keys [s0, s0 + nk): the score of row r and key j at
+// sc[r * rs + j * ks] (ks = 1: [R, width] rows; rs = 1: held transposed). Masked keys, and the columns
+// from nk to width, become -inf.
+void MaskScores(const Dims& d, const bool* mask, int64_t b, int64_t t0, int64_t R, int64_t s0, int64_t nk,
+                int64_t width, float* sc, int64_t rs, int64_t ks) {
   for (int64_t r = 0; r < R; ++r) {
     const bool* m = mask + ((b * d.T) + t0 + r / d.G) * d.S + s0;
-    float* row = sc + r * kKeyTile;
+    float* row = sc + r * rs;
     for (int64_t j = 0; j < nk; ++j)
-      if (!m[j]) row[j] = kNegInf;
-    for (int64_t j = nk; j < kKeyTile; ++j) row[j] = kNegInf;
+      if (!m[j]) row[j * ks] = kNegInf;
+    for (int64_t j = nk; j < width; ++j) row[j * ks] = kNegInf;
   }
 }
 
@@ -158,16 +161,6 @@ void Transpose(const float* k, int64_t H, int64_t s0, int64_t nk, int64_t width,
 struct ForwardScratch {
   std::vector<float> qt, sc, acc, m, l, alpha;
 };
-
-// Scores of a tile held transposed, sc [nk, Rp] (key j, query row r at j * Rp + r): masked ones become -inf.
-void MaskScoresT(const Dims& d, const bool* mask, int64_t b, int64_t t0, int64_t R, int64_t Rp, int64_t s0, int64_t nk,
-                 float* sc) {
-  for (int64_t r = 0; r < R; ++r) {
-    const bool* m = mask + ((b * d.T) + t0 + r / d.G) * d.S + s0;
-    for (int64_t j = 0; j < nk; ++j)
-      if (!m[j]) sc[j * Rp + r] = kNegInf;
-  }
-}
 
 // One query tile of one kv head: o and lse for its R = tq x G rows.
 //
@@ -201,7 +194,7 @@ void ForwardTile(const Dims& d, const float* q, const float* k, const float* v, 
     if (!any) continue;
     float* sc = s.sc.data();
     Gemm(kb + s0 * ks, ks, 1, s.qt.data(), Rp, sc, Rp, nk, Rp, H, false);
-    if (!all) MaskScoresT(d, mask, b, t0, R, Rp, s0, nk, sc);
+    if (!all) MaskScores(d, mask, b, t0, R, s0, nk, nk, sc, 1, Rp);  // sc [nk, Rp]: key j, row r at j * Rp + r.
     for (int64_t r0 = 0; r0 < Rp; r0 += kLanes) {
       const Vec old = Load(s.m.data() + r0);
       Vec top = old;
@@ -287,7 +280,7 @@ void BackwardHead(const Dims& d, const float* q, const float* k, const float* v,
       float* sc = s.sc.data();
       float* dp = s.dp.data();
       Gemm(s.qs.data(), H, 1, s.kt.data() + s0, Sp, sc, kKeyTile, R, kKeyTile, H, false);
-      if (!all || nk < kKeyTile) MaskScores(d, mask, b, t0, R, s0, nk, sc);
+      if (!all || nk < kKeyTile) MaskScores(d, mask, b, t0, R, s0, nk, kKeyTile, sc, kKeyTile, 1);
       for (int64_t r = 0; r < R; ++r) {  // p = exp(score - lse): the forward's probabilities.
         float* row = sc + r * kKeyTile;
         const Vec lv = Bcast(s.lse[r]);
